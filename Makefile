@@ -1,0 +1,48 @@
+# The two commands of the README: `make demo` and `make test`. Both create .venv when it is
+# missing, install kraftlog with its native extensions and every extra, then run.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check
+DEPS_STAMP := $(VENV)/.deps-installed
+BUILD_STAMP := $(VENV)/.native-built
+NATIVE_SOURCES := $(wildcard csrc/*.pyx csrc/*.pxd csrc/*.h) $(filter-out csrc/_%.c,$(wildcard csrc/*.c))
+PYTEST := $(PY) -m pytest
+
+.PHONY: install demo test test-native test-twins lint bench sim clean
+
+install: $(BUILD_STAMP)
+
+# Third-party packages: only when pyproject.toml changes.
+$(DEPS_STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip "setuptools>=77" wheel "cython>=3.0"
+	$(PIP) install -q --no-build-isolation -e ".[test,bench]"
+	touch $@
+
+# Our own native build: whenever a .pyx/.h/.c or setup.py changes (editable, in place).
+$(BUILD_STAMP): $(DEPS_STAMP) setup.py $(NATIVE_SOURCES)
+	$(PIP) install -q --no-build-isolation --no-deps -e .
+	touch $@
+
+demo: install
+	$(VENV)/bin/kraftlog demo
+
+# Lint, then the whole suite on the native extensions (tests/conftest.py refuses to run if one
+# did not load), then the twin-sensitive tests again on the pure-Python twins.
+test: install lint test-native test-twins
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+test-native: install
+	$(PYTEST) -q
+
+test-twins: install
+	KRAFTLOG_NO_EXTENSIONS=1 $(PYTEST) -q -m twin
+
+bench: install
+	$(PYTEST) -q bench --benchmark-only
+
+clean:
+	rm -rf build dist *.egg-info csrc/_*.c csrc/*.so csrc/*.html

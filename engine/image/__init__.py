@@ -1,0 +1,1 @@
+"""The columnar MetadataImage, MetadataDelta, the loader and the image writer."""

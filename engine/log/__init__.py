@@ -1,0 +1,1 @@
+"""The segmented log: segments, offset/time indexes, leader-epoch cache, recovery."""

@@ -1,0 +1,1 @@
+"""Composition root: controller and broker roles, network transport, CLI, metrics."""

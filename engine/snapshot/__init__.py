@@ -1,0 +1,1 @@
+"""The LMDB snapshot store and Kafka .checkpoint export/import."""

@@ -1,0 +1,31 @@
+"""Suite-wide guard: refuse to run silently on the slow path.
+
+Unless KRAFTLOG_NO_EXTENSIONS=1 is set, every native module listed in kraftlog._accel must import,
+and at the end of the session every choice the chooser made must have been the native one. With
+the variable set, every choice must have been the pure twin. Either violation fails the run.
+"""
+
+from __future__ import annotations
+
+import pytest
+from kraftlog import _accel
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _accel.FORCE_PURE:
+        return
+    missing = {name: status for name, status in _accel.load_all_native().items() if status != "native"}
+    if missing:
+        lines = "; ".join(f"{name}: {status}" for name, status in missing.items())
+        raise pytest.UsageError(
+            f"native extension did not load ({lines}). Build it (make install) or run the twins "
+            "with KRAFTLOG_NO_EXTENSIONS=1."
+        )
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    expected = "pure" if _accel.FORCE_PURE else "native"
+    wrong = {name: why for name, why in _accel.choices().items() if not why.startswith(expected)}
+    if wrong:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print(f"\nkraftlog: expected every hot path to be {expected}, but: {wrong}")
