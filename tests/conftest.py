@@ -8,6 +8,7 @@ the variable set, every choice must have been the pure twin. Either violation fa
 from __future__ import annotations
 
 import pytest
+
 from kraftlog import _accel
 
 

@@ -9,8 +9,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-import kraftlog
 import pytest
+
+import kraftlog
 from kraftlog import _accel
 
 ROOT = Path(__file__).resolve().parent.parent

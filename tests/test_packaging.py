@@ -9,6 +9,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
 from kraftlog import __version__, _accel
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from kafka.record import util as kafka_util
+
 from kraftlog import _accel
 from kraftlog.engine.records import wire
 from kraftlog.engine.records import wire_pure as pure

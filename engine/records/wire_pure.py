@@ -6,6 +6,7 @@ Same functions, same arguments, same errors. Layouts: see csrc/wire.h.
 from __future__ import annotations
 
 import crc32c as _crc32c
+
 from kraftlog.errors import CorruptRecordError
 
 IMPLEMENTATION = "pure"

@@ -17,6 +17,7 @@ from kraftlog.errors import KraftlogError
 # group name -> (module that defines `register(subparsers)`, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("kraftlog.engine.server.demo", "run the guided tour of kraftlog on this machine"),
+    "bench": ("kraftlog.engine.server.bench_cmd", "run the benchmarks beside their peers and write a report"),
 }
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2

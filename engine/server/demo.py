@@ -18,6 +18,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import crc32c as reference
+
     from kraftlog import __version__, _accel
     from kraftlog.engine.records import wire
 

@@ -1,0 +1,5 @@
+import sys
+
+from kraftlog.bench.report import main
+
+sys.exit(main())
