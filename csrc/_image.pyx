@@ -1,0 +1,170 @@
+"""Native open-addressing hash index over numpy slot arrays (topic name -> row, topic id -> row).
+
+Pure twin: kraftlog.engine.image.index_pure. The index owns no memory of its own: the caller holds
+two arrays of the same power-of-two size S,
+    slot_hash uint32[S]   the low 32 bits of the key's 64-bit hash
+    slot_row  int32[S]    EMPTY (-1), TOMBSTONE (-2) or the row the key belongs to
+so an image can copy them on write like any other column. Linear probing; a lookup walks from
+hash & (S - 1) until an EMPTY slot. Hash matches are candidates only: the caller verifies the key
+(names against the topics table, ids against the id columns, which lookup_ids does here).
+"""
+
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+
+import numpy as np
+
+IMPLEMENTATION = "native"
+DEF EMPTY = -1
+DEF TOMBSTONE = -2
+
+
+cdef inline uint64_t mix64(uint64_t z) nogil:
+    # splitmix64's finaliser: every input bit affects every output bit.
+    z = (z ^ (z >> 30)) * <uint64_t>0xbf58476d1ce4e5b9ULL
+    z = (z ^ (z >> 27)) * <uint64_t>0x94d049bb133111ebULL
+    return z ^ (z >> 31)
+
+
+cdef inline uint64_t fnv1a(const uint8_t *p, Py_ssize_t n) nogil:
+    cdef uint64_t h = <uint64_t>0xcbf29ce484222325ULL
+    cdef Py_ssize_t i
+    for i in range(n):
+        h = (h ^ p[i]) * <uint64_t>0x100000001b3ULL
+    return mix64(h)
+
+
+cdef inline uint64_t uuid_hash(int64_t hi, int64_t lo) nogil:
+    return mix64(<uint64_t>hi ^ mix64(<uint64_t>lo))
+
+
+def hash_name(const uint8_t[::1] name):
+    """64-bit hash of a name's UTF-8 bytes."""
+    return fnv1a(&name[0] if name.shape[0] else NULL, name.shape[0])
+
+
+def hash_names(const uint8_t[::1] blob, const int64_t[::1] offsets):
+    """Hashes of the names blob[offsets[i]:offsets[i+1]] as uint64[len(offsets) - 1]."""
+    cdef Py_ssize_t n = offsets.shape[0] - 1, i
+    out = np.empty(max(n, 0), dtype=np.uint64)
+    cdef uint64_t[::1] o = out
+    if n > 0 and (offsets[0] < 0 or offsets[n] > blob.shape[0]):
+        raise ValueError("name offsets run outside the blob")
+    with nogil:
+        for i in range(n):
+            o[i] = fnv1a(&blob[0] + offsets[i], offsets[i + 1] - offsets[i])
+    return out
+
+
+def hash_ids(const int64_t[::1] hi, const int64_t[::1] lo):
+    """Hashes of the UUIDs (hi[i], lo[i]) as uint64[n]."""
+    cdef Py_ssize_t n = hi.shape[0], i
+    out = np.empty(n, dtype=np.uint64)
+    cdef uint64_t[::1] o = out
+    with nogil:
+        for i in range(n):
+            o[i] = uuid_hash(hi[i], lo[i])
+    return out
+
+
+def insert_many(uint32_t[::1] slot_hash, int32_t[::1] slot_row, const uint64_t[::1] hashes,
+                const int32_t[::1] rows):
+    """Insert (hash, row) pairs; raises MemoryError if the table is full (the caller grows it first)."""
+    cdef Py_ssize_t size = slot_row.shape[0], i, probes
+    cdef uint64_t mask = size - 1
+    cdef uint64_t s
+    if size & (size - 1):
+        raise ValueError("slot arrays must have a power-of-two size")
+    with nogil:
+        for i in range(hashes.shape[0]):
+            s = hashes[i] & mask
+            probes = 0
+            while slot_row[s] >= 0:
+                s = (s + 1) & mask
+                probes += 1
+                if probes >= size:
+                    with gil:
+                        raise MemoryError("hash index is full")
+            slot_hash[s] = <uint32_t>hashes[i]
+            slot_row[s] = rows[i]
+
+
+def candidates(const uint32_t[::1] slot_hash, const int32_t[::1] slot_row, uint64_t h):
+    """Rows whose slot hash matches ``h``, in probe order (usually zero or one)."""
+    cdef Py_ssize_t size = slot_row.shape[0], probes = 0
+    cdef uint64_t mask = size - 1, s = h & mask
+    cdef uint32_t h32 = <uint32_t>h
+    found = []
+    while slot_row[s] != EMPTY and probes < size:
+        if slot_row[s] >= 0 and slot_hash[s] == h32:
+            found.append(slot_row[s])
+        s = (s + 1) & mask
+        probes += 1
+    return found
+
+
+def remove(uint32_t[::1] slot_hash, int32_t[::1] slot_row, uint64_t h, int32_t row):
+    """Tombstone the slot holding ``row`` for hash ``h``; returns whether it was found."""
+    cdef Py_ssize_t size = slot_row.shape[0], probes = 0
+    cdef uint64_t mask = size - 1, s = h & mask
+    while slot_row[s] != EMPTY and probes < size:
+        if slot_row[s] == row:
+            slot_row[s] = TOMBSTONE
+            return True
+        s = (s + 1) & mask
+        probes += 1
+    return False
+
+
+def lookup_ids(const uint32_t[::1] slot_hash, const int32_t[::1] slot_row,
+               const int64_t[::1] id_hi, const int64_t[::1] id_lo,
+               const int64_t[::1] query_hi, const int64_t[::1] query_lo):
+    """Row of each queried UUID (verified against id_hi/id_lo, indexed by row), -1 when absent."""
+    cdef Py_ssize_t size = slot_row.shape[0], n = query_hi.shape[0], i, probes
+    cdef uint64_t mask = size - 1, s, h
+    cdef int32_t row, found
+    cdef Py_ssize_t nrows = id_hi.shape[0]
+    out = np.empty(n, dtype=np.int32)
+    cdef int32_t[::1] o = out
+    with nogil:
+        for i in range(n):
+            h = uuid_hash(query_hi[i], query_lo[i])
+            s = h & mask
+            found = -1
+            probes = 0
+            while probes < size:
+                row = slot_row[s]
+                if row == EMPTY:
+                    break
+                if row >= 0 and slot_hash[s] == <uint32_t>h and row < nrows \
+                        and id_hi[row] == query_hi[i] and id_lo[row] == query_lo[i]:
+                    found = row
+                    break
+                s = (s + 1) & mask
+                probes += 1
+            o[i] = found
+    return out
+
+
+def first_candidates(const uint32_t[::1] slot_hash, const int32_t[::1] slot_row, const uint64_t[::1] hashes):
+    """For each hash, the first row whose slot hash matches, or -1 (callers verify the key)."""
+    cdef Py_ssize_t size = slot_row.shape[0], n = hashes.shape[0], i, probes
+    cdef uint64_t mask = size - 1, s
+    cdef int32_t row, found
+    out = np.empty(n, dtype=np.int32)
+    cdef int32_t[::1] o = out
+    with nogil:
+        for i in range(n):
+            s = hashes[i] & mask
+            found = -1
+            probes = 0
+            while probes < size:
+                row = slot_row[s]
+                if row == EMPTY:
+                    break
+                if row >= 0 and slot_hash[s] == <uint32_t>hashes[i]:
+                    found = row
+                    break
+                s = (s + 1) & mask
+                probes += 1
+            o[i] = found
+    return out

@@ -1,0 +1,100 @@
+"""Pure-Python twin of kraftlog._image (the open-addressing hash index). Same layout and results;
+see csrc/_image.pyx for the slot arrays and the probing rule."""
+
+from __future__ import annotations
+
+import numpy as np
+
+IMPLEMENTATION = "pure"
+EMPTY, TOMBSTONE = -1, -2
+_M64 = (1 << 64) - 1
+
+
+def _mix64(z: int) -> int:
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def hash_name(name) -> int:
+    h = 0xCBF29CE484222325
+    for b in bytes(name):
+        h = ((h ^ b) * 0x100000001B3) & _M64
+    return _mix64(h)
+
+
+def hash_names(blob, offsets) -> np.ndarray:
+    blob = bytes(blob)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    n = max(len(offsets) - 1, 0)
+    if n and (offsets[0] < 0 or offsets[n] > len(blob)):
+        raise ValueError("name offsets run outside the blob")
+    return np.array([hash_name(blob[offsets[i]: offsets[i + 1]]) for i in range(n)], dtype=np.uint64)
+
+
+def _uuid_hash(hi: int, lo: int) -> int:
+    return _mix64((hi & _M64) ^ _mix64(lo & _M64))
+
+
+def hash_ids(hi, lo) -> np.ndarray:
+    return np.array([_uuid_hash(int(a), int(b)) for a, b in zip(hi, lo, strict=True)], dtype=np.uint64)
+
+
+def insert_many(slot_hash, slot_row, hashes, rows) -> None:
+    size = len(slot_row)
+    if size & (size - 1):
+        raise ValueError("slot arrays must have a power-of-two size")
+    mask = size - 1
+    for h, row in zip(hashes, rows, strict=True):
+        s, probes = int(h) & mask, 0
+        while slot_row[s] >= 0:
+            s = (s + 1) & mask
+            probes += 1
+            if probes >= size:
+                raise MemoryError("hash index is full")
+        slot_hash[s] = int(h) & 0xFFFFFFFF
+        slot_row[s] = row
+
+
+def candidates(slot_hash, slot_row, h: int) -> list[int]:
+    size = len(slot_row)
+    mask, s, probes, h32 = size - 1, int(h) & (size - 1), 0, int(h) & 0xFFFFFFFF
+    found = []
+    while slot_row[s] != EMPTY and probes < size:
+        if slot_row[s] >= 0 and int(slot_hash[s]) == h32:
+            found.append(int(slot_row[s]))
+        s = (s + 1) & mask
+        probes += 1
+    return found
+
+
+def remove(slot_hash, slot_row, h: int, row: int) -> bool:
+    size = len(slot_row)
+    mask, s, probes = size - 1, int(h) & (size - 1), 0
+    while slot_row[s] != EMPTY and probes < size:
+        if slot_row[s] == row:
+            slot_row[s] = TOMBSTONE
+            return True
+        s = (s + 1) & mask
+        probes += 1
+    return False
+
+
+def lookup_ids(slot_hash, slot_row, id_hi, id_lo, query_hi, query_lo) -> np.ndarray:
+    out = np.full(len(query_hi), -1, dtype=np.int32)
+    for i, (qh, ql) in enumerate(zip(query_hi, query_lo, strict=True)):
+        h = _uuid_hash(int(qh), int(ql))
+        for row in candidates(slot_hash, slot_row, h):
+            if row < len(id_hi) and id_hi[row] == qh and id_lo[row] == ql:
+                out[i] = row
+                break
+    return out
+
+
+def first_candidates(slot_hash, slot_row, hashes) -> np.ndarray:
+    out = np.full(len(hashes), -1, dtype=np.int32)
+    for i, h in enumerate(hashes):
+        found = candidates(slot_hash, slot_row, int(h))
+        if found:
+            out[i] = found[0]
+    return out

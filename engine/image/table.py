@@ -1,0 +1,323 @@
+"""Copy-on-write chunked column tables: the storage under the topics and partitions images.
+
+A ChunkedTable is immutable. Rows live in chunks of CHUNK_ROWS rows; every chunk holds one numpy
+array per column. A TableWriter starts from a table, copies a chunk the first time it writes to it,
+appends new rows at the end, and ``freeze()`` returns a new table that shares every untouched chunk
+with the old one. So an image of a million partitions is never copied whole by a delta: a change to
+one partition copies one chunk (CHUNK_ROWS rows), not the table.
+
+Invariants:
+- rows are addressed by a global row id; row r lives in chunk r >> CHUNK_SHIFT at r & CHUNK_MASK;
+- every chunk but the last holds exactly CHUNK_ROWS rows;
+- arrays reachable from a frozen table are never written again (they are flagged read-only);
+- a "list" column (replicas, ISR) is a 2-D int32 array padded with -1; its width may differ from
+  chunk to chunk and grows when a longer list is written (broker ids are never negative);
+- a "sparse" column (directories, ELR, adding/removing replicas: almost always default) is, in a
+  chunk where no row holds a non-default value, a zero-stride broadcast of its fill: it costs no
+  memory until the first write to that chunk materialises it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+CHUNK_SHIFT = 12
+CHUNK_ROWS = 1 << CHUNK_SHIFT
+CHUNK_MASK = CHUNK_ROWS - 1
+PAD = -1
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column's type: ``width`` None for scalars, a minimum width for -1 padded list columns."""
+
+    name: str
+    dtype: np.dtype
+    width: int | None = None
+    fill: int = 0  # the value of a row that was never written (PAD for list columns)
+    sparse: bool = False
+
+    def shape(self, rows: int, width: int | None = None) -> tuple[int, ...]:
+        return (rows,) if self.width is None else (rows, max(width or self.width, 1))
+
+    def default(self) -> int:
+        return PAD if self.width is not None else self.fill
+
+    def empty(self, rows: int, width: int | None = None) -> np.ndarray:
+        """A column of ``rows`` default rows: shared and free for sparse columns, real otherwise."""
+        if self.sparse:
+            return np.broadcast_to(np.array(self.default(), dtype=self.dtype), self.shape(rows, width))
+        return np.full(self.shape(rows, width), self.default(), dtype=self.dtype)
+
+
+def is_shared_default(array: np.ndarray) -> bool:
+    """True for the zero-stride default arrays of sparse columns (no memory, never written)."""
+    return array.ndim > 0 and array.strides[0] == 0
+
+
+def _freeze(array: np.ndarray) -> np.ndarray:
+    if not is_shared_default(array):
+        array.flags.writeable = False
+    return array
+
+
+def _freeze_view(array: np.ndarray, rows: int) -> np.ndarray:
+    return _freeze(array[:rows] if rows < len(array) else array)
+
+
+class Chunk:
+    """One chunk: ``rows`` rows of every column (arrays may be views into a larger decoded array)."""
+
+    __slots__ = ("arrays", "rows")
+
+    def __init__(self, arrays: dict[str, np.ndarray], rows: int):
+        self.arrays = arrays
+        self.rows = rows
+
+    def copy(self, capacity: int) -> Chunk:
+        arrays = {}
+        for name, array in self.arrays.items():
+            if is_shared_default(array):
+                # Still all default: stay free; TableWriter materialises it on the first write.
+                arrays[name] = np.broadcast_to(array[:1], (capacity, *array.shape[1:]))
+                continue
+            grown = np.empty((capacity, *array.shape[1:]), dtype=array.dtype)
+            grown[: self.rows] = array[: self.rows]
+            if capacity > self.rows:
+                grown[self.rows :] = PAD if array.ndim == 2 else 0
+            arrays[name] = grown
+        return Chunk(arrays, self.rows)
+
+
+class ChunkedTable:
+    """An immutable column table in copy-on-write chunks."""
+
+    __slots__ = ("columns", "chunks", "rows")
+
+    def __init__(self, columns: Sequence[Column], chunks: tuple[Chunk, ...] = (), rows: int = 0):
+        self.columns = {c.name: c for c in columns}
+        self.chunks = chunks
+        self.rows = rows
+
+    @classmethod
+    def from_arrays(cls, columns: Sequence[Column], arrays: Mapping[str, np.ndarray]) -> ChunkedTable:
+        """Adopt whole columns (e.g. straight from the decoder) without copying: chunks are views."""
+        specs = {c.name: c for c in columns}
+        lengths = {len(a) for a in arrays.values()}
+        missing = [n for n, c in specs.items() if n not in arrays and not c.sparse]
+        if len(lengths) != 1 or missing or set(arrays) - set(specs):
+            raise ValueError(f"from_arrays needs every non-sparse column ({missing} missing), all of one length")
+        (rows,) = lengths
+        chunks = []
+        for start in range(0, rows, CHUNK_ROWS):
+            stop = min(start + CHUNK_ROWS, rows)
+            chunk = {n: _freeze(a[start:stop]) for n, a in arrays.items()}
+            for name, spec in specs.items():
+                if name not in chunk:
+                    chunk[name] = spec.empty(stop - start)
+            chunks.append(Chunk(chunk, stop - start))
+        return cls(columns, tuple(chunks), rows)
+
+    def chunk_of(self, row: int) -> tuple[Chunk, int]:
+        if not 0 <= row < self.rows:
+            raise IndexError(f"row {row} out of range (0..{self.rows - 1})")
+        return self.chunks[row >> CHUNK_SHIFT], row & CHUNK_MASK
+
+    def get(self, row: int, name: str):
+        chunk, local = self.chunk_of(row)
+        return chunk.arrays[name][local]
+
+    def get_list(self, row: int, name: str) -> tuple[int, ...]:
+        chunk, local = self.chunk_of(row)
+        values = chunk.arrays[name][local]
+        return tuple(int(v) for v in values if v != PAD)
+
+    def column(self, name: str) -> np.ndarray:
+        """The whole column as one array (a copy); list columns are padded to the widest chunk."""
+        parts = [c.arrays[name][: c.rows] for c in self.chunks]
+        if not parts:
+            spec = self.columns[name]
+            return spec.empty(0)
+        if parts[0].ndim == 2:
+            width = max(p.shape[1] for p in parts)
+            parts = [_pad_to(p, width) for p in parts]
+        return np.concatenate(parts)
+
+    def gather(self, rows: np.ndarray, name: str) -> np.ndarray:
+        """Values of column ``name`` at ``rows`` (any order)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        spec = self.columns[name]
+        if spec.width is None:
+            out = np.empty(len(rows), dtype=spec.dtype)
+        else:
+            width = max((c.arrays[name].shape[1] for c in self.chunks), default=1)
+            out = np.full((len(rows), width), PAD, dtype=spec.dtype)
+        for chunk_index, positions in _group_by_chunk(rows):
+            chunk = self.chunks[chunk_index]
+            values = chunk.arrays[name][rows[positions] & CHUNK_MASK]
+            if values.ndim == 2:
+                out[positions, : values.shape[1]] = values
+            else:
+                out[positions] = values
+        return out
+
+    def writer(self) -> TableWriter:
+        return TableWriter(self)
+
+    def nbytes(self, seen: set[int] | None = None) -> int:
+        """Bytes held by this table's arrays; arrays in ``seen`` (by id of their base) are not counted."""
+        total = 0
+        for chunk in self.chunks:
+            for array in chunk.arrays.values():
+                if is_shared_default(array):
+                    continue
+                base = array.base if array.base is not None else array
+                key = id(base)
+                if seen is not None:
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                total += base.nbytes if seen is not None else array.nbytes
+        return total
+
+
+def _pad_to(array: np.ndarray, width: int) -> np.ndarray:
+    if array.shape[1] == width:
+        return array
+    out = np.full((array.shape[0], width), PAD, dtype=array.dtype)
+    out[:, : array.shape[1]] = array
+    return out
+
+
+def _group_by_chunk(rows: np.ndarray) -> Iterable[tuple[int, np.ndarray]]:
+    """(chunk index, positions in ``rows``) for every chunk ``rows`` touch."""
+    if len(rows) == 0:
+        return
+    chunk_ids = rows >> CHUNK_SHIFT
+    if len(rows) == 1 or (chunk_ids[0] == chunk_ids).all():
+        yield int(chunk_ids[0]), np.arange(len(rows))
+        return
+    order = np.argsort(chunk_ids, kind="stable")
+    sorted_ids = chunk_ids[order]
+    starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
+    ends = np.r_[starts[1:], len(order)]
+    for start, end in zip(starts, ends, strict=True):
+        yield int(sorted_ids[start]), order[start:end]
+
+
+class TableWriter:
+    """Mutable view of a table: copy a chunk on first write, append rows, freeze into a new table.
+
+    Writes to the same row in one writer apply in call order (the last one wins).
+    """
+
+    def __init__(self, base: ChunkedTable):
+        self.base = base
+        self.columns = base.columns
+        self._chunks = list(base.chunks)
+        self._owned: set[int] = set()  # chunk indexes this writer copied (safe to write in place)
+        self.rows = base.rows
+
+    @property
+    def touched_chunks(self) -> int:
+        return len(self._owned)
+
+    def _own(self, chunk_index: int) -> Chunk:
+        if chunk_index not in self._owned:
+            self._chunks[chunk_index] = self._chunks[chunk_index].copy(CHUNK_ROWS)
+            self._owned.add(chunk_index)
+        return self._chunks[chunk_index]
+
+    def get(self, row: int, name: str):
+        return self._chunks[row >> CHUNK_SHIFT].arrays[name][row & CHUNK_MASK]
+
+    def get_list(self, row: int, name: str) -> tuple[int, ...]:
+        values = self._chunks[row >> CHUNK_SHIFT].arrays[name][row & CHUNK_MASK]
+        return tuple(int(v) for v in values if v != PAD)
+
+    def set(self, row: int, name: str, value) -> None:
+        chunk = self._own(row >> CHUNK_SHIFT)
+        self._widen(chunk, name, 0)[row & CHUNK_MASK] = value
+
+    def set_list(self, row: int, name: str, values: Sequence[int]) -> None:
+        chunk = self._own(row >> CHUNK_SHIFT)
+        array = self._widen(chunk, name, len(values))
+        local = row & CHUNK_MASK
+        array[local] = PAD
+        array[local, : len(values)] = values
+
+    def set_many(self, rows: np.ndarray, name: str, values: np.ndarray) -> None:
+        """Vectorised set; for duplicate rows the last occurrence in ``rows`` wins."""
+        rows = np.asarray(rows, dtype=np.int64)
+        values = np.asarray(values)
+        for chunk_index, positions in _group_by_chunk(rows):
+            chunk = self._own(chunk_index)
+            local = rows[positions] & CHUNK_MASK
+            if values.ndim == 2:
+                array = self._widen(chunk, name, values.shape[1])
+                block = np.full((len(positions), array.shape[1]), PAD, dtype=array.dtype)
+                block[:, : values.shape[1]] = values[positions]
+                array[local] = block
+            else:
+                self._widen(chunk, name, 0)[local] = values[positions]
+
+    def _widen(self, chunk: Chunk, name: str, width: int) -> np.ndarray:
+        """The chunk's writable array for ``name``, at least ``width`` wide for list columns."""
+        array = chunk.arrays[name]
+        if is_shared_default(array):
+            array = np.array(array)  # materialise: a real, writable copy
+            chunk.arrays[name] = array
+        if array.ndim == 2 and array.shape[1] < width:
+            array = _pad_to(array, width)
+            chunk.arrays[name] = array
+        return array
+
+    def append(self, arrays: Mapping[str, np.ndarray]) -> int:
+        """Append rows given whole columns (missing columns get their fill); returns the first row id."""
+        count = len(next(iter(arrays.values()))) if arrays else 0
+        first = self.rows
+        done = 0
+        while done < count:
+            if not self._chunks or self._chunks[-1].rows == CHUNK_ROWS:
+                self._chunks.append(Chunk({c.name: c.empty(CHUNK_ROWS) for c in self.columns.values()}, 0))
+                self._owned.add(len(self._chunks) - 1)
+            chunk = self._own(len(self._chunks) - 1)
+            take = min(CHUNK_ROWS - chunk.rows, count - done)
+            lo, hi = chunk.rows, chunk.rows + take
+            for spec in self.columns.values():
+                if spec.name not in arrays:
+                    current = chunk.arrays[spec.name]
+                    if not is_shared_default(current):
+                        current[lo:hi] = spec.default()
+                    continue
+                values = np.asarray(arrays[spec.name][done : done + take])
+                if values.ndim == 2:
+                    array = self._widen(chunk, spec.name, values.shape[1])
+                    array[lo:hi] = PAD
+                    array[lo:hi, : values.shape[1]] = values
+                else:
+                    self._widen(chunk, spec.name, 0)[lo:hi] = values
+            chunk.rows = hi
+            done += take
+        self.rows += count
+        return first
+
+    def view(self) -> ChunkedTable:
+        """A read-only look at the current state, valid until the next write through this writer."""
+        return ChunkedTable(self.columns.values(), tuple(self._chunks), self.rows)
+
+    def freeze(self) -> ChunkedTable:
+        chunks = []
+        for index, chunk in enumerate(self._chunks):
+            if index in self._owned:
+                # Trim the capacity of the last chunk so the frozen table holds only real rows.
+                arrays = {n: _freeze_view(a, chunk.rows) for n, a in chunk.arrays.items()}
+                chunk = Chunk(arrays, chunk.rows)
+            chunks.append(chunk)
+        table = ChunkedTable(self.columns.values(), tuple(chunks), self.rows)
+        self._owned = set()  # further writes copy again: the frozen table must never change
+        self._chunks = list(table.chunks)
+        return table

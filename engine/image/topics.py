@@ -1,0 +1,642 @@
+"""The topics and partitions image: column tables, hash indexes, and the delta that edits them.
+
+Layout (all in copy-on-write chunks, see table.py):
+    topics table     one row per topic ever created in this image's lifetime (until compaction):
+                     id_hi/id_lo (Kafka's Uuid as two signed 64-bit halves), first_row and
+                     partition_count (the topic's partitions are the contiguous partition rows
+                     first_row .. first_row + partition_count - 1, partition p at first_row + p),
+                     topic_epoch, live
+    topic names      per topics chunk, a tuple of str (copied on write with its chunk)
+    partitions table topic_row, partition_id (-1 = a hole: a partition id never created), leader,
+                     leader_epoch, partition_epoch, leader_recovery_state, replicas, isr (list
+                     columns), and sparse list columns removing_replicas, adding_replicas,
+                     eligible_leader_replicas, last_known_elr, directories (indexes into
+                     ``directory_ids``; empty = every replica's directory is MIGRATING, Kafka's
+                     default)
+    name index       name -> topic row (live topics only); id index: id -> topic row (live only)
+
+Invariants:
+- a partition row r is live iff topic_row[r] >= 0; rows of deleted topics and rows a topic moved
+  away from (when it grew and had to relocate to the end of the table) have topic_row = -1;
+- a live topic t owns exactly the rows first_row[t] .. first_row[t] + partition_count[t] - 1;
+- KIP-232 topic epoch: the log offset of the record that last created or expanded the topic (a
+  global counter: every later change has a higher offset). Deleting a topic needs no stored epoch,
+  since any re-creation comes at a higher offset. Snapshots carry each topic's epoch in a tagged
+  field of its TopicRecord (TOPIC_EPOCH_TAG); a snapshot without it gives its topics the
+  snapshot's end offset.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kraftlog.engine.image import index as hindex
+from kraftlog.engine.image.table import CHUNK_MASK, CHUNK_SHIFT, ChunkedTable, Column, TableWriter
+from kraftlog.errors import KraftlogError
+
+NO_LEADER = -1
+NO_LEADER_CHANGE = -2
+MIGRATING_DIRECTORY = uuid.UUID(int=0)  # Kafka's DirectoryId.MIGRATING = Uuid(0, 0)
+TOPIC_EPOCH_TAG = 10_000  # our tagged field on TopicRecord in snapshots; Kafka ignores unknown tags
+
+_I32, _I64, _I8 = np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.int8)
+
+TOPIC_COLUMNS = (
+    Column("id_hi", _I64),
+    Column("id_lo", _I64),
+    Column("first_row", _I32, fill=-1),
+    Column("partition_count", _I32),
+    Column("topic_epoch", _I64, fill=-1),
+    Column("live", np.dtype(np.bool_)),
+)
+
+LIST_FIELDS = ("replicas", "isr", "removing_replicas", "adding_replicas", "eligible_leader_replicas",
+               "last_known_elr")
+PARTITION_COLUMNS = (
+    Column("topic_row", _I32, fill=-1),
+    Column("partition_id", _I32, fill=-1),
+    Column("leader", _I32, fill=NO_LEADER),
+    Column("leader_epoch", _I32),
+    Column("partition_epoch", _I32),
+    Column("leader_recovery_state", _I8),
+    Column("replicas", _I32, width=3),
+    Column("isr", _I32, width=3),
+    Column("removing_replicas", _I32, width=1, sparse=True),
+    Column("adding_replicas", _I32, width=1, sparse=True),
+    Column("eligible_leader_replicas", _I32, width=1, sparse=True),
+    Column("last_known_elr", _I32, width=1, sparse=True),
+    Column("directories", _I32, width=3, sparse=True),
+)
+
+
+class MetadataReplayError(KraftlogError):
+    """A record that cannot apply to the image (e.g. a partition of an unknown topic)."""
+
+
+def uuid_to_halves(value: uuid.UUID) -> tuple[int, int]:
+    """Kafka's Uuid halves (most, least significant) as signed 64-bit integers."""
+    n = value.int
+    hi, lo = n >> 64, n & ((1 << 64) - 1)
+    return (hi - (1 << 64) if hi >= 1 << 63 else hi), (lo - (1 << 64) if lo >= 1 << 63 else lo)
+
+
+def halves_to_uuid(hi: int, lo: int) -> uuid.UUID:
+    return uuid.UUID(int=((int(hi) & ((1 << 64) - 1)) << 64) | (int(lo) & ((1 << 64) - 1)))
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRegistration:
+    """One partition as the image holds it (built on lookup; the image itself stores columns)."""
+
+    topic_id: uuid.UUID
+    topic_name: str
+    partition_id: int
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    leader_recovery_state: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    removing_replicas: tuple[int, ...] = ()
+    adding_replicas: tuple[int, ...] = ()
+    eligible_leader_replicas: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
+    directories: tuple[uuid.UUID, ...] = ()  # empty: every replica's directory is MIGRATING
+    topic_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class TopicView:
+    topic_id: uuid.UUID
+    name: str
+    partition_count: int
+    topic_epoch: int
+
+
+@dataclass(frozen=True)
+class TopicsImage:
+    topics: ChunkedTable
+    names: tuple[tuple[str, ...], ...]
+    partitions: ChunkedTable
+    name_index: hindex.HashIndex
+    id_index: hindex.HashIndex
+    directory_ids: tuple[uuid.UUID, ...] = (MIGRATING_DIRECTORY,)
+    live_topics: int = 0
+
+    @classmethod
+    def empty(cls) -> TopicsImage:
+        return cls(ChunkedTable(TOPIC_COLUMNS), (), ChunkedTable(PARTITION_COLUMNS), hindex.HashIndex.empty(),
+                   hindex.HashIndex.empty())
+
+    # -- lookups -------------------------------------------------------------------------------
+    def topic_name(self, row: int) -> str:
+        return self.names[row >> CHUNK_SHIFT][row & CHUNK_MASK]
+
+    def topic_row(self, name: str) -> int | None:
+        for row in self.name_index.candidates(hindex.hash_name(name.encode())):
+            if self.topic_name(row) == name:
+                return row
+        return None
+
+    def topic_row_by_id(self, topic_id: uuid.UUID) -> int | None:
+        hi, lo = uuid_to_halves(topic_id)
+        h = int(hindex.hash_ids(np.array([hi], dtype=np.int64), np.array([lo], dtype=np.int64))[0])
+        for row in self.id_index.candidates(h):
+            if int(self.topics.get(row, "id_hi")) == hi and int(self.topics.get(row, "id_lo")) == lo:
+                return row
+        return None
+
+    def topic(self, name: str) -> TopicView | None:
+        row = self.topic_row(name)
+        return None if row is None else self._topic_view(row)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicView | None:
+        row = self.topic_row_by_id(topic_id)
+        return None if row is None else self._topic_view(row)
+
+    def _topic_view(self, row: int) -> TopicView:
+        chunk, local = self.topics.chunk_of(row)
+        a = chunk.arrays
+        return TopicView(halves_to_uuid(a["id_hi"][local], a["id_lo"][local]), self.topic_name(row),
+                         int(a["partition_count"][local]), int(a["topic_epoch"][local]))
+
+    def partition(self, topic_name: str, partition_id: int) -> PartitionRegistration | None:
+        row = self.topic_row(topic_name)
+        return None if row is None else self._partition_of(row, partition_id)
+
+    def partition_by_id(self, topic_id: uuid.UUID, partition_id: int) -> PartitionRegistration | None:
+        row = self.topic_row_by_id(topic_id)
+        return None if row is None else self._partition_of(row, partition_id)
+
+    def _partition_of(self, topic_row: int, partition_id: int) -> PartitionRegistration | None:
+        chunk, local = self.topics.chunk_of(topic_row)
+        count = int(chunk.arrays["partition_count"][local])
+        if not 0 <= partition_id < count:
+            return None
+        prow = int(chunk.arrays["first_row"][local]) + partition_id
+        return self.registration(prow)
+
+    def registration(self, prow: int) -> PartitionRegistration | None:
+        """The partition at partition row ``prow``, or None for a dead row or a hole."""
+        chunk, local = self.partitions.chunk_of(prow)
+        a = chunk.arrays
+        topic_row = int(a["topic_row"][local])
+        if topic_row < 0 or a["partition_id"][local] < 0:
+            return None
+        tchunk, tlocal = self.topics.chunk_of(topic_row)
+        t = tchunk.arrays
+        return PartitionRegistration(
+            topic_id=halves_to_uuid(t["id_hi"][tlocal], t["id_lo"][tlocal]),
+            topic_name=self.topic_name(topic_row),
+            partition_id=int(a["partition_id"][local]),
+            leader=int(a["leader"][local]),
+            leader_epoch=int(a["leader_epoch"][local]),
+            partition_epoch=int(a["partition_epoch"][local]),
+            leader_recovery_state=int(a["leader_recovery_state"][local]),
+            replicas=_as_tuple(a["replicas"][local]),
+            isr=_as_tuple(a["isr"][local]),
+            removing_replicas=_as_tuple(a["removing_replicas"][local]),
+            adding_replicas=_as_tuple(a["adding_replicas"][local]),
+            eligible_leader_replicas=_as_tuple(a["eligible_leader_replicas"][local]),
+            last_known_elr=_as_tuple(a["last_known_elr"][local]),
+            directories=tuple(self.directory_ids[i] for i in _as_tuple(a["directories"][local])),
+            topic_epoch=int(t["topic_epoch"][tlocal]),
+        )
+
+    def topic_names(self) -> Iterator[str]:
+        """Names of live topics, in topic-row order."""
+        live = self.topics.column("live")
+        for row in np.flatnonzero(live):
+            yield self.topic_name(int(row))
+
+    def partitions_of(self, topic_name: str) -> list[PartitionRegistration]:
+        row = self.topic_row(topic_name)
+        if row is None:
+            return []
+        count = int(self.topics.get(row, "partition_count"))
+        first = int(self.topics.get(row, "first_row"))
+        return [r for r in (self.registration(first + p) for p in range(count)) if r is not None]
+
+    def live_partition_rows(self) -> np.ndarray:
+        topic_rows = self.partitions.column("topic_row")
+        pids = self.partitions.column("partition_id")
+        return np.flatnonzero((topic_rows >= 0) & (pids >= 0))
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.live_partition_rows())
+
+    def nbytes(self) -> int:
+        seen: set[int] = set()
+        names = sum(len(n) + 57 for chunk in self.names for n in chunk)  # str objects, approximately
+        return (self.topics.nbytes(seen) + self.partitions.nbytes(seen) + names
+                + self.name_index.nbytes + self.id_index.nbytes)
+
+    def delta(self) -> TopicsDelta:
+        return TopicsDelta(self)
+
+
+def _as_tuple(values: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(v) for v in values if v >= 0)
+
+
+@dataclass
+class TopicsChanges:
+    """What a delta really changed: published with the new image so listeners need not diff."""
+
+    created_topics: set[uuid.UUID] = field(default_factory=set)
+    deleted_topics: dict[uuid.UUID, str] = field(default_factory=dict)
+    changed_partition_rows: set[int] = field(default_factory=set)
+
+    def __bool__(self) -> bool:
+        return bool(self.created_topics or self.deleted_topics or self.changed_partition_rows)
+
+
+class TopicsDelta:
+    """Edits a TopicsImage in replay order; ``apply()`` returns the next image (sharing chunks)."""
+
+    def __init__(self, base: TopicsImage):
+        self.base = base
+        self.topics: TableWriter = base.topics.writer()
+        self.partitions: TableWriter = base.partitions.writer()
+        self._names = list(base.names)
+        self._owned_name_chunks: set[int] = set()
+        self._name_index: hindex.HashIndex | None = None
+        self._id_index: hindex.HashIndex | None = None
+        self.directory_ids = list(base.directory_ids)
+        self._directory_index = {d: i for i, d in enumerate(self.directory_ids)}
+        self.live_topics = base.live_topics
+        self.changes = TopicsChanges()
+
+    # -- indexes, copied on first write ---------------------------------------------------------
+    @property
+    def name_index(self) -> hindex.HashIndex:
+        if self._name_index is None:
+            self._name_index = self.base.name_index.mutable_copy()
+        return self._name_index
+
+    @property
+    def id_index(self) -> hindex.HashIndex:
+        if self._id_index is None:
+            self._id_index = self.base.id_index.mutable_copy()
+        return self._id_index
+
+    def _index_view(self, which: str) -> hindex.HashIndex:
+        own = self._name_index if which == "name" else self._id_index
+        return own if own is not None else (self.base.name_index if which == "name" else self.base.id_index)
+
+    def topic_name(self, row: int) -> str:
+        return self._names[row >> CHUNK_SHIFT][row & CHUNK_MASK]
+
+    def topic_row(self, name: str) -> int | None:
+        for row in self._index_view("name").candidates(hindex.hash_name(name.encode())):
+            if self.topic_name(row) == name:
+                return row
+        return None
+
+    def topic_row_by_id(self, topic_id: uuid.UUID) -> int | None:
+        hi, lo = uuid_to_halves(topic_id)
+        for row in self._index_view("id").candidates(_id_hash(hi, lo)):
+            if int(self.topics.get(row, "id_hi")) == hi and int(self.topics.get(row, "id_lo")) == lo:
+                return row
+        return None
+
+    def _require_topic(self, topic_id: uuid.UUID, what: str) -> int:
+        row = self.topic_row_by_id(topic_id)
+        if row is None:
+            raise MetadataReplayError(f"{what} for unknown topic id {topic_id}")
+        return row
+
+    # -- names, copied per chunk ------------------------------------------------------------------
+    def _append_name(self, row: int, name: str) -> None:
+        chunk_index = row >> CHUNK_SHIFT
+        if chunk_index == len(self._names):
+            self._names.append((name,))
+            self._owned_name_chunks.add(chunk_index)
+            return
+        self._names[chunk_index] = self._names[chunk_index] + (name,)
+
+    # -- scalar replay ----------------------------------------------------------------------------
+    def replay_topic(self, topic_id: uuid.UUID, name: str, topic_epoch: int) -> None:
+        """TopicRecord: create a topic (its partitions follow as PartitionRecords)."""
+        existing = self.topic_row(name)
+        if existing is not None:
+            if self.topic_row_by_id(topic_id) == existing:
+                return  # the same topic again: nothing changes
+            raise MetadataReplayError(f"topic {name!r} already exists with another id")
+        if self.topic_row_by_id(topic_id) is not None:
+            raise MetadataReplayError(f"topic id {topic_id} already exists under another name")
+        hi, lo = uuid_to_halves(topic_id)
+        row = self.topics.append({"id_hi": [hi], "id_lo": [lo], "first_row": [-1], "partition_count": [0],
+                                  "topic_epoch": [topic_epoch], "live": [True]})
+        self._append_name(row, name)
+        self.name_index.insert(hindex.hash_name(name.encode()), row)
+        self.id_index.insert(_id_hash(hi, lo), row)
+        self.live_topics += 1
+        self.changes.created_topics.add(topic_id)
+
+    def replay_remove_topic(self, topic_id: uuid.UUID) -> None:
+        """RemoveTopicRecord: the topic and all its partitions go."""
+        row = self._require_topic(topic_id, "RemoveTopicRecord")
+        name = self.topic_name(row)
+        first, count = int(self.topics.get(row, "first_row")), int(self.topics.get(row, "partition_count"))
+        if count:
+            rows = np.arange(first, first + count, dtype=np.int64)
+            self.partitions.set_many(rows, "topic_row", np.full(count, -1, dtype=np.int32))
+            self.changes.changed_partition_rows.difference_update(range(first, first + count))
+        self.topics.set(row, "live", False)
+        hi, lo = uuid_to_halves(topic_id)
+        self.name_index.remove(hindex.hash_name(name.encode()), row)
+        self.id_index.remove(_id_hash(hi, lo), row)
+        self.live_topics -= 1
+        if topic_id in self.changes.created_topics:
+            self.changes.created_topics.discard(topic_id)  # created and deleted within this delta
+        else:
+            self.changes.deleted_topics[topic_id] = name
+
+    def replay_partition(self, topic_id: uuid.UUID, partition_id: int, *, replicas: Sequence[int],
+                         isr: Sequence[int], leader: int, leader_epoch: int, partition_epoch: int,
+                         leader_recovery_state: int = 0, removing_replicas: Sequence[int] = (),
+                         adding_replicas: Sequence[int] = (), directories: Sequence[uuid.UUID] = (),
+                         eligible_leader_replicas: Sequence[int] | None = None,
+                         last_known_elr: Sequence[int] | None = None, topic_epoch: int | None = None) -> None:
+        """PartitionRecord: create (or replace) one partition. A new partition id of an existing
+        topic is an expansion and moves the topic epoch to ``topic_epoch`` when given."""
+        if partition_id < 0:
+            raise MetadataReplayError(f"PartitionRecord with negative partition id {partition_id}")
+        trow = self._require_topic(topic_id, "PartitionRecord")
+        prow = self._partition_row_for(trow, partition_id, topic_epoch)
+        p = self.partitions
+        p.set(prow, "topic_row", trow)
+        p.set(prow, "partition_id", partition_id)
+        p.set(prow, "leader", leader)
+        p.set(prow, "leader_epoch", leader_epoch)
+        p.set(prow, "partition_epoch", partition_epoch)
+        p.set(prow, "leader_recovery_state", leader_recovery_state)
+        for name, values in (("replicas", replicas), ("isr", isr), ("removing_replicas", removing_replicas),
+                             ("adding_replicas", adding_replicas),
+                             ("eligible_leader_replicas", eligible_leader_replicas or ()),
+                             ("last_known_elr", last_known_elr or ())):
+            self._set_list(prow, name, values)
+        self._set_directories(prow, directories, len(replicas))
+        self.changes.changed_partition_rows.add(prow)
+
+    def _set_list(self, prow: int, name: str, values: Sequence[int]) -> None:
+        if values or not _is_default_list(self.partitions, prow, name):
+            self.partitions.set_list(prow, name, list(values))
+
+    def _set_directories(self, prow: int, directories: Sequence[uuid.UUID], replica_count: int) -> None:
+        if not directories or all(d == MIGRATING_DIRECTORY for d in directories):
+            self._set_list(prow, "directories", ())
+            return
+        if len(directories) != replica_count:
+            raise MetadataReplayError("the lengths of replicas and directories do not match")
+        self.partitions.set_list(prow, "directories", [self._directory_code(d) for d in directories])
+
+    def _directory_code(self, directory: uuid.UUID) -> int:
+        code = self._directory_index.get(directory)
+        if code is None:
+            code = len(self.directory_ids)
+            self.directory_ids.append(directory)
+            self._directory_index[directory] = code
+        return code
+
+    def _partition_row_for(self, trow: int, partition_id: int, topic_epoch: int | None) -> int:
+        """The row of (topic, partition id), growing the topic's run when the id is new."""
+        first, count = int(self.topics.get(trow, "first_row")), int(self.topics.get(trow, "partition_count"))
+        if partition_id < count:
+            return first + partition_id
+        new_count = partition_id + 1
+        at_end = count == 0 or first + count == self.partitions.rows
+        if at_end:
+            start = self.partitions.rows if count == 0 else first
+            grow = new_count - count
+            self.partitions.append({"topic_row": np.full(grow, trow, dtype=np.int32),
+                                    "partition_id": np.full(grow, -1, dtype=np.int32)})
+        else:
+            start = self._relocate(trow, first, count, new_count)
+        self.topics.set(trow, "first_row", start)
+        self.topics.set(trow, "partition_count", new_count)
+        if count and topic_epoch is not None:
+            self.topics.set(trow, "topic_epoch", topic_epoch)  # an expansion (KIP-232)
+        return start + partition_id
+
+    def _relocate(self, trow: int, first: int, count: int, new_count: int) -> int:
+        """Move a topic's rows to the end of the table (with room for new ids); old rows die."""
+        old_rows = np.arange(first, first + count, dtype=np.int64)
+        moved = {c: self._gather(old_rows, c) for c in self.partitions.columns}
+        grow = new_count - count
+        for name, values in moved.items():
+            if values.ndim == 2:
+                pad = np.full((grow, values.shape[1]), -1, dtype=values.dtype)
+            else:
+                pad = np.full(grow, -1 if name == "partition_id" else 0, dtype=values.dtype)
+                if name == "topic_row":
+                    pad[:] = trow
+            moved[name] = np.concatenate([values, pad])
+        start = self.partitions.append(moved)
+        self.partitions.set_many(old_rows, "topic_row", np.full(count, -1, dtype=np.int32))
+        self.changes.changed_partition_rows.difference_update(range(first, first + count))
+        self.changes.changed_partition_rows.update(range(start, start + count))
+        return start
+
+    def _gather(self, rows: np.ndarray, name: str) -> np.ndarray:
+        return np.array([self.partitions.get(int(r), name) for r in rows])
+
+    def replay_partition_change(self, topic_id: uuid.UUID, partition_id: int, *, leader: int = NO_LEADER_CHANGE,
+                                isr: Sequence[int] | None = None, replicas: Sequence[int] | None = None,
+                                removing_replicas: Sequence[int] | None = None,
+                                adding_replicas: Sequence[int] | None = None, leader_recovery_state: int = -1,
+                                directories: Sequence[uuid.UUID] | None = None,
+                                eligible_leader_replicas: Sequence[int] | None = None,
+                                last_known_elr: Sequence[int] | None = None) -> None:
+        """PartitionChangeRecord, merged the way Kafka's PartitionRegistration.merge does: null lists
+        and -2 / -1 markers mean unchanged; a leader change bumps the leader epoch; the partition
+        epoch always moves by one."""
+        trow = self._require_topic(topic_id, "PartitionChangeRecord")
+        count = int(self.topics.get(trow, "partition_count"))
+        first = int(self.topics.get(trow, "first_row"))
+        prow = first + partition_id
+        if not 0 <= partition_id < count or int(self.partitions.get(prow, "partition_id")) < 0:
+            raise MetadataReplayError(f"PartitionChangeRecord for unknown partition {topic_id}:{partition_id}")
+        p = self.partitions
+        old_replicas = p.get_list(prow, "replicas")
+        for name, values in (("replicas", replicas), ("isr", isr), ("removing_replicas", removing_replicas),
+                             ("adding_replicas", adding_replicas),
+                             ("eligible_leader_replicas", eligible_leader_replicas),
+                             ("last_known_elr", last_known_elr)):
+            if values is not None:
+                self._set_list(prow, name, values)
+        if directories:
+            self._set_directories(prow, directories, len(replicas if replicas is not None else old_replicas))
+        elif replicas is not None:
+            self._carry_directories(prow, old_replicas, replicas)
+        if leader != NO_LEADER_CHANGE:
+            p.set(prow, "leader", leader)
+            p.set(prow, "leader_epoch", int(p.get(prow, "leader_epoch")) + 1)
+        if leader_recovery_state != -1:
+            p.set(prow, "leader_recovery_state", leader_recovery_state)
+        p.set(prow, "partition_epoch", int(p.get(prow, "partition_epoch")) + 1)
+        self.changes.changed_partition_rows.add(prow)
+
+    def _carry_directories(self, prow: int, old_replicas: Sequence[int], new_replicas: Sequence[int]) -> None:
+        """Replicas changed without directories: a kept replica keeps its directory, a new one gets
+        UNASSIGNED (Kafka's DirectoryId.createDirectoriesFrom)."""
+        codes = self.partitions.get_list(prow, "directories")
+        if not codes:
+            return  # all MIGRATING before; Kafka's defaultToMigrating keeps them so
+        old = dict(zip(old_replicas, (self.directory_ids[c] for c in codes), strict=False))
+        unassigned = uuid.UUID(int=1)  # Kafka's DirectoryId.UNASSIGNED = Uuid(0, 1)
+        self._set_directories(prow, [old.get(r, unassigned) for r in new_replicas], len(new_replicas))
+
+    # -- vectorised replay -----------------------------------------------------------------------
+    def topic_id_columns(self) -> tuple[np.ndarray, np.ndarray]:
+        """id_hi, id_lo of every topic row as seen by this delta (for bulk id lookups)."""
+        view = self.topics.view()
+        return view.column("id_hi"), view.column("id_lo")
+
+    def bulk_create(self, *, id_hi: np.ndarray, id_lo: np.ndarray, names: Sequence[str], name_hashes: np.ndarray,
+                    topic_epochs: np.ndarray, partitions: dict[str, np.ndarray]) -> bool:
+        """TopicRecords followed by their PartitionRecords, in the shape snapshots and CreateTopics
+        write them, applied as whole columns. ``partitions`` holds topic_hi, topic_lo,
+        partition_id, leader, leader_epoch, partition_epoch, leader_recovery_state and the 2-D
+        replicas / isr arrays (-1 padded). Returns False, changing nothing, when the input is not in
+        that shape (an existing or repeated topic, a partition of another topic, a duplicate or
+        missing partition id); the caller then replays record by record."""
+        count = len(id_hi)
+        if count == 0 or len(np.unique(name_hashes)) != count:
+            return False
+        if not self._all_new(id_hi, id_lo, names, name_hashes):
+            return False
+        local = hindex.HashIndex.build(hindex.hash_ids(id_hi, id_lo), np.arange(count, dtype=np.int32))
+        owner = local.lookup_ids(id_hi, id_lo, partitions["topic_hi"], partitions["topic_lo"])
+        if len(owner) and owner.min() < 0:
+            return False
+        pids = partitions["partition_id"]
+        order = np.lexsort((pids, owner))
+        if not np.array_equal(order, np.arange(len(order))):
+            owner, pids = owner[order], pids[order]
+            partitions = {k: v[order] for k, v in partitions.items()}
+        per_topic = np.bincount(owner, minlength=count).astype(np.int32)
+        starts = np.concatenate([[0], np.cumsum(per_topic)[:-1]]).astype(np.int64)
+        if len(pids) and not np.array_equal(pids, np.arange(len(pids)) - np.repeat(starts, per_topic)):
+            return False  # duplicate or missing partition ids
+        first_topic_row = self.topics.rows
+        base_prow = self.partitions.rows
+        first_row = np.where(per_topic > 0, base_prow + starts, -1).astype(np.int32)
+        self.topics.append({"id_hi": id_hi, "id_lo": id_lo, "first_row": first_row,
+                            "partition_count": per_topic, "topic_epoch": topic_epochs,
+                            "live": np.ones(count, dtype=np.bool_)})
+        for i, name in enumerate(names):
+            self._append_name(first_topic_row + i, name)
+        topic_rows = np.arange(first_topic_row, first_topic_row + count, dtype=np.int32)
+        self.name_index.insert_many(name_hashes, topic_rows)
+        self.id_index.insert_many(hindex.hash_ids(id_hi, id_lo), topic_rows)
+        self.partitions.append({
+            "topic_row": (owner + first_topic_row).astype(np.int32),
+            **{k: partitions[k] for k in ("partition_id", "leader", "leader_epoch", "partition_epoch",
+                                          "leader_recovery_state", "replicas", "isr")},
+        })
+        self.live_topics += count
+        self.changes.created_topics.update(halves_to_uuid(a, b) for a, b in zip(id_hi, id_lo, strict=True))
+        self.changes.changed_partition_rows.update(range(base_prow, base_prow + len(pids)))
+        return True
+
+    def _all_new(self, id_hi: np.ndarray, id_lo: np.ndarray, names: Sequence[str], name_hashes: np.ndarray) -> bool:
+        if self.topics.rows == 0:
+            return True
+        hi, lo = self.topic_id_columns()
+        if (self._index_view("id").lookup_ids(hi, lo, id_hi, id_lo) >= 0).any():
+            return False
+        maybe = np.flatnonzero(self._index_view("name").first_candidates(name_hashes) >= 0)
+        return all(self.topic_row(names[i]) is None for i in maybe)
+
+    def bulk_change(self, *, topic_hi: np.ndarray, topic_lo: np.ndarray, partition_id: np.ndarray,
+                    leader: np.ndarray, leader_recovery_state: np.ndarray, isr: np.ndarray, isr_count: np.ndarray,
+                    replicas: np.ndarray, replica_count: np.ndarray, offsets: np.ndarray | None = None) -> None:
+        """A run of PartitionChangeRecords (none carrying removing/adding replicas, directories or
+        ELR), merged as whole columns with the same result as replaying them one by one: per
+        partition and per field the last record that changes the field wins, the leader epoch
+        moves once per leader change and the partition epoch once per record. Counts of -1 mean a
+        null (unchanged) list; lists are -1 padded 2-D arrays."""
+        n = len(partition_id)
+        if n == 0:
+            return
+        hi, lo = self.topic_id_columns()
+        trows = self._index_view("id").lookup_ids(hi, lo, topic_hi, topic_lo)
+        bad = np.flatnonzero(trows < 0)
+        if len(bad):
+            raise MetadataReplayError(_where(offsets, bad[0]) + f"PartitionChangeRecord for unknown topic id "
+                                      f"{halves_to_uuid(topic_hi[bad[0]], topic_lo[bad[0]])}")
+        first = self._gather_topics(trows, "first_row").astype(np.int64)
+        count = self._gather_topics(trows, "partition_count")
+        prows = first + partition_id
+        bad = np.flatnonzero((partition_id < 0) | (partition_id >= count))
+        if not len(bad):
+            bad = np.flatnonzero(self._gather_partitions(prows, "partition_id") < 0)
+        if len(bad):
+            raise MetadataReplayError(_where(offsets, bad[0]) + "PartitionChangeRecord for unknown partition "
+                                      f"{halves_to_uuid(topic_hi[bad[0]], topic_lo[bad[0]])}:{partition_id[bad[0]]}")
+        if (replica_count >= 0).any():
+            moved = np.unique(prows[replica_count >= 0])
+            dirs = self._gather_partitions(moved, "directories")
+            if (dirs >= 0).any():
+                raise MetadataReplayError("bulk_change cannot carry directories across a replica change")
+        rows, records = np.unique(prows, return_counts=True)
+        p = self.partitions
+        p.set_many(rows, "partition_epoch", self._gather_partitions(rows, "partition_epoch") + records)
+        changed = leader != NO_LEADER_CHANGE
+        if changed.any():
+            lrows, leader_changes = np.unique(prows[changed], return_counts=True)
+            p.set_many(lrows, "leader_epoch", self._gather_partitions(lrows, "leader_epoch") + leader_changes)
+            self._set_last(prows, changed, "leader", leader)
+        self._set_last(prows, leader_recovery_state != -1, "leader_recovery_state", leader_recovery_state)
+        self._set_last(prows, isr_count >= 0, "isr", isr)
+        self._set_last(prows, replica_count >= 0, "replicas", replicas)
+        self.changes.changed_partition_rows.update(rows.tolist())
+
+    def _set_last(self, prows: np.ndarray, mask: np.ndarray, name: str, values: np.ndarray) -> None:
+        """For every partition row, write the value of the last masked record that names it."""
+        picked = np.flatnonzero(mask)
+        if not len(picked):
+            return
+        rows = prows[picked]
+        # np.unique on the reversed rows finds each row's last occurrence in the original order.
+        unique_rows, first_in_reversed = np.unique(rows[::-1], return_index=True)
+        last = picked[len(picked) - 1 - first_in_reversed]
+        self.partitions.set_many(unique_rows, name, values[last])
+
+    def _gather_topics(self, rows: np.ndarray, name: str) -> np.ndarray:
+        return self.topics.view().gather(rows, name)
+
+    def _gather_partitions(self, rows: np.ndarray, name: str) -> np.ndarray:
+        return self.partitions.view().gather(rows, name)
+
+    # -- apply ----------------------------------------------------------------------------------
+    def apply(self) -> TopicsImage:
+        base = self.base
+        return TopicsImage(
+            topics=self.topics.freeze(),
+            names=tuple(self._names),
+            partitions=self.partitions.freeze(),
+            name_index=self._name_index.freeze() if self._name_index is not None else base.name_index,
+            id_index=self._id_index.freeze() if self._id_index is not None else base.id_index,
+            directory_ids=tuple(self.directory_ids),
+            live_topics=self.live_topics,
+        )
+
+
+def _where(offsets: np.ndarray | None, i: int) -> str:
+    return "" if offsets is None else f"offset {int(offsets[i])}: "
+
+
+def _is_default_list(writer: TableWriter, prow: int, name: str) -> bool:
+    return not writer.get_list(prow, name)
+
+
+def _id_hash(hi: int, lo: int) -> int:
+    return int(hindex.hash_ids(np.array([hi], dtype=np.int64), np.array([lo], dtype=np.int64))[0])

@@ -1,0 +1,293 @@
+"""Proves the columnar topics image: random sequences of creates, expansions, partition changes and
+deletes give the same partitions through the scalar replay, the bulk (column) replay and a naive
+dict model; published images never change; a delta copies only the chunks it touches."""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kraftlog import _accel
+from kraftlog.engine.image import index as hindex
+from kraftlog.engine.image import index_pure
+from kraftlog.engine.image.table import CHUNK_ROWS, ChunkedTable, Column
+from kraftlog.engine.image.topics import (
+    NO_LEADER_CHANGE,
+    MetadataReplayError,
+    TopicsImage,
+    uuid_to_halves,
+)
+
+pytestmark = pytest.mark.twin
+
+
+def test_the_expected_index_implementation_is_loaded():
+    assert ("pure" if _accel.FORCE_PURE else "native") == hindex.IMPLEMENTATION
+
+
+# -- a naive model: what Kafka's PartitionRegistration.merge does, in dicts ---------------------------
+class Model:
+    def __init__(self):
+        self.topics: dict[str, dict] = {}
+
+    def create(self, name, tid, parts):
+        self.topics[name] = {"id": tid, "partitions": {p: dict(v) for p, v in enumerate(parts)}}
+
+    def change(self, name, pid, leader, isr, replicas, lrs):
+        p = self.topics[name]["partitions"][pid]
+        if isr is not None:
+            p["isr"] = tuple(isr)
+        if replicas is not None:
+            p["replicas"] = tuple(replicas)
+        if leader != NO_LEADER_CHANGE:
+            p["leader"] = leader
+            p["leader_epoch"] += 1
+        if lrs != -1:
+            p["leader_recovery_state"] = lrs
+        p["partition_epoch"] += 1
+
+    def state(self):
+        return {(name, pid): dict(p) for name, t in self.topics.items() for pid, p in t["partitions"].items()}
+
+
+def image_state(image: TopicsImage):
+    out = {}
+    for name in image.topic_names():
+        for reg in image.partitions_of(name):
+            out[(name, reg.partition_id)] = {
+                "replicas": reg.replicas, "isr": reg.isr, "leader": reg.leader, "leader_epoch": reg.leader_epoch,
+                "partition_epoch": reg.partition_epoch, "leader_recovery_state": reg.leader_recovery_state}
+    return out
+
+
+def random_partition(rng, brokers=8):
+    replicas = tuple(rng.sample(range(brokers), rng.randint(1, 4)))
+    return {"replicas": replicas, "isr": replicas[: rng.randint(1, len(replicas))], "leader": replicas[0],
+            "leader_epoch": rng.randint(0, 5), "partition_epoch": rng.randint(0, 5), "leader_recovery_state": 0}
+
+
+def make_ops(seed, steps):
+    rng = random.Random(seed)
+    ops, live, counter = [], {}, 0
+    for _ in range(steps):
+        kind = rng.choice(["create", "create", "change", "change", "change", "delete", "expand"])
+        if kind == "create" or not live:
+            counter += 1
+            name = f"t{counter % 7}-{rng.randint(0, 3)}"
+            if name in live:
+                continue
+            parts = [random_partition(rng) for _ in range(rng.randint(0, 5))]
+            live[name] = (uuid.UUID(int=rng.getrandbits(128)), len(parts))
+            ops.append(("create", name, live[name][0], parts))
+        elif kind == "change":
+            name = rng.choice(sorted(live))
+            if not live[name][1]:
+                continue
+            pid = rng.randrange(live[name][1])
+            isr = tuple(rng.sample(range(8), rng.randint(0, 3))) if rng.random() < 0.6 else None
+            replicas = tuple(rng.sample(range(8), rng.randint(1, 4))) if rng.random() < 0.2 else None
+            leader = rng.choice([NO_LEADER_CHANGE, -1, rng.randrange(8)])
+            lrs = rng.choice([-1, -1, 0, 1])
+            ops.append(("change", name, live[name][0], pid, leader, isr, replicas, lrs))
+        elif kind == "delete":
+            name = rng.choice(sorted(live))
+            ops.append(("delete", name, live.pop(name)[0]))
+        else:
+            name = rng.choice(sorted(live))
+            extra = [random_partition(rng) for _ in range(rng.randint(1, 3))]
+            ops.append(("expand", name, live[name][0], live[name][1], extra))
+            live[name] = (live[name][0], live[name][1] + len(extra))
+    return ops
+
+
+def apply_model(ops):
+    model = Model()
+    for op in ops:
+        if op[0] == "create":
+            model.create(op[1], op[2], op[3])
+        elif op[0] == "change":
+            model.change(op[1], *op[3:])
+        elif op[0] == "delete":
+            del model.topics[op[1]]
+        else:
+            name, start, extra = op[1], op[3], op[4]
+            for i, p in enumerate(extra):
+                model.topics[name]["partitions"][start + i] = dict(p)
+    return model.state()
+
+
+def replay_scalar(image, ops, deltas_every=3):
+    delta = image.delta()
+    for i, op in enumerate(ops):
+        if op[0] == "create":
+            delta.replay_topic(op[2], op[1], topic_epoch=i)
+            for pid, p in enumerate(op[3]):
+                delta.replay_partition(op[2], pid, **p)
+        elif op[0] == "change":
+            _, _, tid, pid, leader, isr, replicas, lrs = op
+            delta.replay_partition_change(tid, pid, leader=leader, isr=isr, replicas=replicas,
+                                          leader_recovery_state=lrs)
+        elif op[0] == "delete":
+            delta.replay_remove_topic(op[2])
+        else:
+            for j, p in enumerate(op[4]):
+                delta.replay_partition(op[2], op[3] + j, **p, topic_epoch=i)
+        if i % deltas_every == 0:
+            image = delta.apply()
+            delta = image.delta()
+    return delta.apply()
+
+
+def _pad(lists, width):
+    out = np.full((len(lists), max(width, 1)), -1, dtype=np.int32)
+    for i, values in enumerate(lists):
+        out[i, : len(values)] = values
+    return out
+
+
+def replay_bulk(image, ops):
+    """Creates through bulk_create, runs of changes through bulk_change, the rest scalar."""
+    delta = image.delta()
+    i = 0
+    while i < len(ops):
+        op = ops[i]
+        if op[0] == "change":
+            run = []
+            while i < len(ops) and ops[i][0] == "change":
+                run.append(ops[i])
+                i += 1
+            halves = np.array([uuid_to_halves(o[2]) for o in run], dtype=np.int64)
+            isr = [o[5] or () for o in run]
+            reps = [o[6] or () for o in run]
+            delta.bulk_change(
+                topic_hi=halves[:, 0], topic_lo=halves[:, 1],
+                partition_id=np.array([o[3] for o in run], dtype=np.int32),
+                leader=np.array([o[4] for o in run], dtype=np.int32),
+                leader_recovery_state=np.array([o[7] for o in run], dtype=np.int8),
+                isr=_pad(isr, max(map(len, isr))),
+                isr_count=np.array([-1 if o[5] is None else len(o[5]) for o in run], dtype=np.int16),
+                replicas=_pad(reps, max(map(len, reps))),
+                replica_count=np.array([-1 if o[6] is None else len(o[6]) for o in run], dtype=np.int16))
+            image = delta.apply()
+            delta = image.delta()
+            continue
+        if op[0] == "create":
+            hi, lo = uuid_to_halves(op[2])
+            parts = op[3]
+            ok = delta.bulk_create(
+                id_hi=np.array([hi], dtype=np.int64), id_lo=np.array([lo], dtype=np.int64), names=[op[1]],
+                name_hashes=np.array([hindex.hash_name(op[1].encode())], dtype=np.uint64),
+                topic_epochs=np.array([i], dtype=np.int64),
+                partitions={
+                    "topic_hi": np.full(len(parts), hi, dtype=np.int64),
+                    "topic_lo": np.full(len(parts), lo, dtype=np.int64),
+                    "partition_id": np.arange(len(parts), dtype=np.int32),
+                    "leader": np.array([p["leader"] for p in parts], dtype=np.int32),
+                    "leader_epoch": np.array([p["leader_epoch"] for p in parts], dtype=np.int32),
+                    "partition_epoch": np.array([p["partition_epoch"] for p in parts], dtype=np.int32),
+                    "leader_recovery_state": np.zeros(len(parts), dtype=np.int8),
+                    "replicas": _pad([p["replicas"] for p in parts], 4),
+                    "isr": _pad([p["isr"] for p in parts], 4)})
+            assert ok
+        else:
+            image = replay_scalar(delta.apply(), [op])
+            delta = image.delta()
+        i += 1
+    return delta.apply()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32), st.integers(1, 60))
+def test_scalar_bulk_and_model_agree(seed, steps):
+    ops = make_ops(seed, steps)
+    expected = apply_model(ops)
+    assert image_state(replay_scalar(TopicsImage.empty(), ops)) == expected
+    assert image_state(replay_bulk(TopicsImage.empty(), ops)) == expected
+
+
+def test_published_images_never_change_and_deltas_copy_only_touched_chunks():
+    image = TopicsImage.empty()
+    delta = image.delta()
+    ids = [uuid.UUID(int=i + 1) for i in range(3 * CHUNK_ROWS // 4)]
+    for i, tid in enumerate(ids):
+        delta.replay_topic(tid, f"topic-{i}", topic_epoch=i)
+        for p in range(4):
+            delta.replay_partition(tid, p, replicas=[1, 2, 3], isr=[1, 2, 3], leader=1, leader_epoch=0,
+                                   partition_epoch=0)
+    first = delta.apply()
+    assert first.partition_count == len(ids) * 4 and len(first.partitions.chunks) == 3
+    delta = first.delta()
+    delta.replay_partition_change(ids[5], 2, leader=2, isr=[2, 3])
+    assert delta.partitions.touched_chunks == 1 and delta.topics.touched_chunks == 0
+    second = delta.apply()
+    assert first.partition("topic-5", 2).isr == (1, 2, 3) and first.partition("topic-5", 2).leader_epoch == 0
+    assert second.partition("topic-5", 2).isr == (2, 3) and second.partition("topic-5", 2).leader_epoch == 1
+    shared = sum(a is b for a, b in zip(first.partitions.chunks, second.partitions.chunks, strict=True))
+    assert shared == 2
+    with pytest.raises(ValueError):
+        first.partitions.chunks[0].arrays["leader"][0] = 7  # published arrays are read-only
+
+
+def test_delete_and_recreate_with_the_same_name_gives_a_new_topic_with_a_higher_epoch():
+    delta = TopicsImage.empty().delta()
+    old, new = uuid.uuid4(), uuid.uuid4()
+    delta.replay_topic(old, "orders", topic_epoch=10)
+    delta.replay_partition(old, 0, replicas=[1], isr=[1], leader=1, leader_epoch=3, partition_epoch=4)
+    image = delta.apply()
+    delta = image.delta()
+    delta.replay_remove_topic(old)
+    delta.replay_topic(new, "orders", topic_epoch=12)
+    delta.replay_partition(new, 0, replicas=[2], isr=[2], leader=2, leader_epoch=0, partition_epoch=0)
+    after = delta.apply()
+    assert after.topic("orders").topic_id == new and after.topic("orders").topic_epoch > image.topic("orders").topic_epoch
+    assert after.partition("orders", 0).leader == 2 and after.topic_by_id(old) is None
+    assert image.partition("orders", 0).leader == 1  # the old image still answers as it did
+    assert delta.changes.deleted_topics == {old: "orders"} and delta.changes.created_topics == {new}
+
+
+def test_replay_errors_name_what_is_wrong():
+    delta = TopicsImage.empty().delta()
+    with pytest.raises(MetadataReplayError, match="unknown topic id"):
+        delta.replay_partition(uuid.uuid4(), 0, replicas=[1], isr=[1], leader=1, leader_epoch=0, partition_epoch=0)
+    tid = uuid.uuid4()
+    delta.replay_topic(tid, "a", topic_epoch=1)
+    with pytest.raises(MetadataReplayError, match="already exists"):
+        delta.replay_topic(uuid.uuid4(), "a", topic_epoch=2)
+    with pytest.raises(MetadataReplayError, match="unknown partition"):
+        delta.replay_partition_change(tid, 3, leader=1)
+
+
+def test_replaying_the_same_topic_record_again_changes_nothing():
+    delta = TopicsImage.empty().delta()
+    tid = uuid.uuid4()
+    delta.replay_topic(tid, "a", topic_epoch=1)
+    image = delta.apply()
+    again = image.delta()
+    again.replay_topic(tid, "a", topic_epoch=1)
+    assert not again.changes
+
+
+def test_sparse_columns_cost_nothing_until_written():
+    spec = [Column("x", np.dtype(np.int32)), Column("s", np.dtype(np.int32), width=2, sparse=True)]
+    table = ChunkedTable.from_arrays(spec, {"x": np.arange(3 * CHUNK_ROWS, dtype=np.int32)})
+    assert table.nbytes(set()) == 3 * CHUNK_ROWS * 4
+    writer = table.writer()
+    writer.set_list(5, "s", [7, 8, 9])
+    after = writer.freeze()
+    assert after.get_list(5, "s") == (7, 8, 9) and after.get_list(6, "s") == () and table.get_list(5, "s") == ()
+    # the decoded base array (still shared by chunks 1-2) + chunk 0's copy + the materialised sparse column
+    assert after.nbytes(set()) == 3 * CHUNK_ROWS * 4 + CHUNK_ROWS * 4 + CHUNK_ROWS * 3 * 4
+
+
+@given(st.lists(st.binary(min_size=0, max_size=30), max_size=40))
+def test_index_hashes_match_the_twin(names):
+    blob = b"".join(names)
+    offsets = np.cumsum([0] + [len(n) for n in names]).astype(np.int64)
+    assert (hindex.hash_names(blob, offsets) == index_pure.hash_names(blob, offsets)).all()
+    for name in names:
+        assert hindex.hash_name(name) == index_pure.hash_name(name)
