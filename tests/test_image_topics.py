@@ -247,7 +247,8 @@ def test_delete_and_recreate_with_the_same_name_gives_a_new_topic_with_a_higher_
     assert after.topic("orders").topic_id == new and after.topic("orders").topic_epoch > image.topic("orders").topic_epoch
     assert after.partition("orders", 0).leader == 2 and after.topic_by_id(old) is None
     assert image.partition("orders", 0).leader == 1  # the old image still answers as it did
-    assert delta.changes.deleted_topics == {old: "orders"} and delta.changes.created_topics == {new}
+    assert delta.changes.deleted_topics == {old: "orders"} and delta.changes.created_topics(after) == {new}
+    assert [after.registration(int(r)).topic_id for r in delta.changes.changed_partition_rows(after)] == [new]
 
 
 def test_replay_errors_name_what_is_wrong():

@@ -281,6 +281,10 @@ class TableWriter:
         first = self.rows
         done = 0
         while done < count:
+            if (not self._chunks or self._chunks[-1].rows == CHUNK_ROWS) and count - done >= CHUNK_ROWS:
+                self._chunks.append(self._adopt(arrays, done))  # whole chunk: a view, no copy
+                done += CHUNK_ROWS
+                continue
             if not self._chunks or self._chunks[-1].rows == CHUNK_ROWS:
                 self._chunks.append(Chunk({c.name: c.empty(CHUNK_ROWS) for c in self.columns.values()}, 0))
                 self._owned.add(len(self._chunks) - 1)
@@ -304,6 +308,21 @@ class TableWriter:
             done += take
         self.rows += count
         return first
+
+    def _adopt(self, arrays: Mapping[str, np.ndarray], start: int) -> Chunk:
+        """A full chunk made of views of the caller's arrays (read-only from now on; a later write
+        copies it like any shared chunk)."""
+        out = {}
+        for spec in self.columns.values():
+            values = arrays.get(spec.name)
+            if values is None:
+                out[spec.name] = spec.empty(CHUNK_ROWS)
+                continue
+            values = np.asarray(values[start:start + CHUNK_ROWS], dtype=spec.dtype)
+            if values.ndim == 2 and values.shape[1] < (spec.width or 1):
+                values = _pad_to(values, spec.width)
+            out[spec.name] = _freeze(values if values.base is not None else values.view())
+        return Chunk(out, CHUNK_ROWS)
 
     def view(self) -> ChunkedTable:
         """A read-only look at the current state, valid until the next write through this writer."""

@@ -19,8 +19,8 @@ Invariants:
 - a partition row r is live iff topic_row[r] >= 0; rows of deleted topics and rows a topic moved
   away from (when it grew and had to relocate to the end of the table) have topic_row = -1;
 - a live topic t owns exactly the rows first_row[t] .. first_row[t] + partition_count[t] - 1;
-- KIP-232 topic epoch: the log offset of the record that last created or expanded the topic (a
-  global counter: every later change has a higher offset). Deleting a topic needs no stored epoch,
+- KIP-232 topic epoch: the log offset of the last record that created the topic or one of its
+  partitions (creation and expansion; a global counter: every later change has a higher offset). Deleting a topic needs no stored epoch,
   since any re-creation comes at a higher offset. Snapshots carry each topic's epoch in a tagged
   field of its TopicRecord (TOPIC_EPOCH_TAG); a snapshot without it gives its topics the
   snapshot's end offset.
@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -88,11 +89,14 @@ def halves_to_uuid(hi: int, lo: int) -> uuid.UUID:
     return uuid.UUID(int=((int(hi) & ((1 << 64) - 1)) << 64) | (int(lo) & ((1 << 64) - 1)))
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionRegistration:
-    """One partition as the image holds it (built on lookup; the image itself stores columns)."""
+class PartitionRegistration(NamedTuple):
+    """One partition as the image holds it (built on lookup; the image itself stores columns).
 
-    topic_id: uuid.UUID
+    A NamedTuple because lookups build one per call: it is the cheapest immutable record. The
+    topic id is kept as Kafka's two 64-bit halves and turned into a UUID only when asked for.
+    """
+
+    topic_id_halves: tuple[int, int]
     topic_name: str
     partition_id: int
     leader: int
@@ -107,6 +111,10 @@ class PartitionRegistration:
     last_known_elr: tuple[int, ...] = ()
     directories: tuple[uuid.UUID, ...] = ()  # empty: every replica's directory is MIGRATING
     topic_epoch: int = -1
+
+    @property
+    def topic_id(self) -> uuid.UUID:
+        return halves_to_uuid(*self.topic_id_halves)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,38 +181,39 @@ class TopicsImage:
         return None if row is None else self._partition_of(row, partition_id)
 
     def _partition_of(self, topic_row: int, partition_id: int) -> PartitionRegistration | None:
-        chunk, local = self.topics.chunk_of(topic_row)
-        count = int(chunk.arrays["partition_count"][local])
-        if not 0 <= partition_id < count:
+        arrays = self.topics.chunks[topic_row >> CHUNK_SHIFT].arrays
+        local = topic_row & CHUNK_MASK
+        if not 0 <= partition_id < arrays["partition_count"].item(local):
             return None
-        prow = int(chunk.arrays["first_row"][local]) + partition_id
-        return self.registration(prow)
+        return self.registration(arrays["first_row"].item(local) + partition_id)
 
     def registration(self, prow: int) -> PartitionRegistration | None:
         """The partition at partition row ``prow``, or None for a dead row or a hole."""
         chunk, local = self.partitions.chunk_of(prow)
         a = chunk.arrays
-        topic_row = int(a["topic_row"][local])
-        if topic_row < 0 or a["partition_id"][local] < 0:
+        topic_row = a["topic_row"].item(local)
+        partition_id = a["partition_id"].item(local)
+        if topic_row < 0 or partition_id < 0:
             return None
-        tchunk, tlocal = self.topics.chunk_of(topic_row)
-        t = tchunk.arrays
+        t = self.topics.chunks[topic_row >> CHUNK_SHIFT].arrays
+        tlocal = topic_row & CHUNK_MASK
+        directories = _list_at(a["directories"], local)
         return PartitionRegistration(
-            topic_id=halves_to_uuid(t["id_hi"][tlocal], t["id_lo"][tlocal]),
-            topic_name=self.topic_name(topic_row),
-            partition_id=int(a["partition_id"][local]),
-            leader=int(a["leader"][local]),
-            leader_epoch=int(a["leader_epoch"][local]),
-            partition_epoch=int(a["partition_epoch"][local]),
-            leader_recovery_state=int(a["leader_recovery_state"][local]),
-            replicas=_as_tuple(a["replicas"][local]),
-            isr=_as_tuple(a["isr"][local]),
-            removing_replicas=_as_tuple(a["removing_replicas"][local]),
-            adding_replicas=_as_tuple(a["adding_replicas"][local]),
-            eligible_leader_replicas=_as_tuple(a["eligible_leader_replicas"][local]),
-            last_known_elr=_as_tuple(a["last_known_elr"][local]),
-            directories=tuple(self.directory_ids[i] for i in _as_tuple(a["directories"][local])),
-            topic_epoch=int(t["topic_epoch"][tlocal]),
+            (t["id_hi"].item(tlocal), t["id_lo"].item(tlocal)),
+            self.topic_name(topic_row),
+            partition_id,
+            a["leader"].item(local),
+            a["leader_epoch"].item(local),
+            a["partition_epoch"].item(local),
+            a["leader_recovery_state"].item(local),
+            _list_at(a["replicas"], local),
+            _list_at(a["isr"], local),
+            _list_at(a["removing_replicas"], local),
+            _list_at(a["adding_replicas"], local),
+            _list_at(a["eligible_leader_replicas"], local),
+            _list_at(a["last_known_elr"], local),
+            tuple(self.directory_ids[i] for i in directories) if directories else (),
+            t["topic_epoch"].item(tlocal),
         )
 
     def topic_names(self) -> Iterator[str]:
@@ -244,16 +253,55 @@ def _as_tuple(values: np.ndarray) -> tuple[int, ...]:
     return tuple(int(v) for v in values if v >= 0)
 
 
-@dataclass
-class TopicsChanges:
-    """What a delta really changed: published with the new image so listeners need not diff."""
+def _list_at(column: np.ndarray, local: int) -> tuple[int, ...]:
+    """The -1 padded list at row ``local``; shared-default (sparse, never written) columns are empty."""
+    if column.strides[0] == 0:
+        return ()
+    values = column[local].tolist()
+    if values[-1] >= 0:
+        return tuple(values)
+    return tuple(v for v in values if v >= 0)
 
-    created_topics: set[uuid.UUID] = field(default_factory=set)
-    deleted_topics: dict[uuid.UUID, str] = field(default_factory=dict)
-    changed_partition_rows: set[int] = field(default_factory=set)
+
+class TopicsChanges:
+    """What a delta really changed, kept compact: topic and partition rows are append-only, so
+    every row at or past the base image's row counts was made by this delta; older partition rows
+    it wrote are listed as arrays. Resolved against the new image on demand."""
+
+    def __init__(self, base_topic_rows: int, base_partition_rows: int):
+        self.base_topic_rows = base_topic_rows
+        self.base_partition_rows = base_partition_rows
+        self.topic_rows = base_topic_rows  # rows made by this delta: [base_topic_rows, topic_rows)
+        self.partition_rows = base_partition_rows
+        self.old_rows_written: list[np.ndarray] = []
+        self.deleted_topics: dict[uuid.UUID, str] = {}  # existed in the base image, deleted here
 
     def __bool__(self) -> bool:
-        return bool(self.created_topics or self.deleted_topics or self.changed_partition_rows)
+        return (self.topic_rows > self.base_topic_rows or self.partition_rows > self.base_partition_rows
+                or bool(self.old_rows_written) or bool(self.deleted_topics))
+
+    def wrote(self, rows) -> None:
+        rows = np.atleast_1d(np.asarray(rows, dtype=np.int64))
+        old = rows[rows < self.base_partition_rows]
+        if len(old):
+            self.old_rows_written.append(old)
+
+    def created_topics(self, image: TopicsImage) -> set[uuid.UUID]:
+        """Ids of topics this delta created that are still live in ``image``."""
+        rows = np.arange(self.base_topic_rows, self.topic_rows)
+        live = rows[image.topics.gather(rows, "live")] if len(rows) else rows
+        hi, lo = image.topics.gather(live, "id_hi"), image.topics.gather(live, "id_lo")
+        return {halves_to_uuid(a, b) for a, b in zip(hi.tolist(), lo.tolist(), strict=True)}
+
+    def changed_partition_rows(self, image: TopicsImage) -> np.ndarray:
+        """Live partition rows of ``image`` this delta created or wrote, sorted."""
+        rows = np.concatenate([np.arange(self.base_partition_rows, self.partition_rows, dtype=np.int64),
+                               *self.old_rows_written])
+        rows = np.unique(rows)
+        if not len(rows):
+            return rows
+        keep = (image.partitions.gather(rows, "topic_row") >= 0) & (image.partitions.gather(rows, "partition_id") >= 0)
+        return rows[keep]
 
 
 class TopicsDelta:
@@ -264,13 +312,12 @@ class TopicsDelta:
         self.topics: TableWriter = base.topics.writer()
         self.partitions: TableWriter = base.partitions.writer()
         self._names = list(base.names)
-        self._owned_name_chunks: set[int] = set()
         self._name_index: hindex.HashIndex | None = None
         self._id_index: hindex.HashIndex | None = None
         self.directory_ids = list(base.directory_ids)
         self._directory_index = {d: i for i, d in enumerate(self.directory_ids)}
         self.live_topics = base.live_topics
-        self.changes = TopicsChanges()
+        self.changes = TopicsChanges(base.topics.rows, base.partitions.rows)
 
     # -- indexes, copied on first write ---------------------------------------------------------
     @property
@@ -313,12 +360,21 @@ class TopicsDelta:
 
     # -- names, copied per chunk ------------------------------------------------------------------
     def _append_name(self, row: int, name: str) -> None:
-        chunk_index = row >> CHUNK_SHIFT
-        if chunk_index == len(self._names):
-            self._names.append((name,))
-            self._owned_name_chunks.add(chunk_index)
-            return
-        self._names[chunk_index] = self._names[chunk_index] + (name,)
+        self._append_names(row, [name])
+
+    def _append_names(self, first_row: int, names: Sequence[str]) -> None:
+        """Names of topic rows first_row.. (appended in order); each chunk's tuple is rebuilt once."""
+        done = 0
+        while done < len(names):
+            row = first_row + done
+            chunk_index, local = row >> CHUNK_SHIFT, row & CHUNK_MASK
+            take = min(len(names) - done, (1 << CHUNK_SHIFT) - local)
+            part = tuple(names[done:done + take])
+            if chunk_index == len(self._names):
+                self._names.append(part)
+            else:
+                self._names[chunk_index] = self._names[chunk_index] + part
+            done += take
 
     # -- scalar replay ----------------------------------------------------------------------------
     def replay_topic(self, topic_id: uuid.UUID, name: str, topic_epoch: int) -> None:
@@ -337,7 +393,7 @@ class TopicsDelta:
         self.name_index.insert(hindex.hash_name(name.encode()), row)
         self.id_index.insert(_id_hash(hi, lo), row)
         self.live_topics += 1
-        self.changes.created_topics.add(topic_id)
+        self.changes.topic_rows = self.topics.rows
 
     def replay_remove_topic(self, topic_id: uuid.UUID) -> None:
         """RemoveTopicRecord: the topic and all its partitions go."""
@@ -347,15 +403,12 @@ class TopicsDelta:
         if count:
             rows = np.arange(first, first + count, dtype=np.int64)
             self.partitions.set_many(rows, "topic_row", np.full(count, -1, dtype=np.int32))
-            self.changes.changed_partition_rows.difference_update(range(first, first + count))
         self.topics.set(row, "live", False)
         hi, lo = uuid_to_halves(topic_id)
         self.name_index.remove(hindex.hash_name(name.encode()), row)
         self.id_index.remove(_id_hash(hi, lo), row)
         self.live_topics -= 1
-        if topic_id in self.changes.created_topics:
-            self.changes.created_topics.discard(topic_id)  # created and deleted within this delta
-        else:
+        if row < self.changes.base_topic_rows:  # else created and deleted within this delta: no trace
             self.changes.deleted_topics[topic_id] = name
 
     def replay_partition(self, topic_id: uuid.UUID, partition_id: int, *, replicas: Sequence[int],
@@ -364,8 +417,8 @@ class TopicsDelta:
                          adding_replicas: Sequence[int] = (), directories: Sequence[uuid.UUID] = (),
                          eligible_leader_replicas: Sequence[int] | None = None,
                          last_known_elr: Sequence[int] | None = None, topic_epoch: int | None = None) -> None:
-        """PartitionRecord: create (or replace) one partition. A new partition id of an existing
-        topic is an expansion and moves the topic epoch to ``topic_epoch`` when given."""
+        """PartitionRecord: create (or replace) one partition. A new partition id moves the topic
+        epoch to ``topic_epoch`` when given (None when loading a snapshot: epochs come with topics)."""
         if partition_id < 0:
             raise MetadataReplayError(f"PartitionRecord with negative partition id {partition_id}")
         trow = self._require_topic(topic_id, "PartitionRecord")
@@ -383,7 +436,7 @@ class TopicsDelta:
                              ("last_known_elr", last_known_elr or ())):
             self._set_list(prow, name, values)
         self._set_directories(prow, directories, len(replicas))
-        self.changes.changed_partition_rows.add(prow)
+        self.changes.wrote(prow)
 
     def _set_list(self, prow: int, name: str, values: Sequence[int]) -> None:
         if values or not _is_default_list(self.partitions, prow, name):
@@ -417,12 +470,13 @@ class TopicsDelta:
             grow = new_count - count
             self.partitions.append({"topic_row": np.full(grow, trow, dtype=np.int32),
                                     "partition_id": np.full(grow, -1, dtype=np.int32)})
+            self.changes.partition_rows = self.partitions.rows
         else:
             start = self._relocate(trow, first, count, new_count)
         self.topics.set(trow, "first_row", start)
         self.topics.set(trow, "partition_count", new_count)
-        if count and topic_epoch is not None:
-            self.topics.set(trow, "topic_epoch", topic_epoch)  # an expansion (KIP-232)
+        if topic_epoch is not None:
+            self.topics.set(trow, "topic_epoch", topic_epoch)  # a new partition (KIP-232)
         return start + partition_id
 
     def _relocate(self, trow: int, first: int, count: int, new_count: int) -> int:
@@ -440,8 +494,7 @@ class TopicsDelta:
             moved[name] = np.concatenate([values, pad])
         start = self.partitions.append(moved)
         self.partitions.set_many(old_rows, "topic_row", np.full(count, -1, dtype=np.int32))
-        self.changes.changed_partition_rows.difference_update(range(first, first + count))
-        self.changes.changed_partition_rows.update(range(start, start + count))
+        self.changes.partition_rows = self.partitions.rows
         return start
 
     def _gather(self, rows: np.ndarray, name: str) -> np.ndarray:
@@ -481,7 +534,7 @@ class TopicsDelta:
         if leader_recovery_state != -1:
             p.set(prow, "leader_recovery_state", leader_recovery_state)
         p.set(prow, "partition_epoch", int(p.get(prow, "partition_epoch")) + 1)
-        self.changes.changed_partition_rows.add(prow)
+        self.changes.wrote(prow)
 
     def _carry_directories(self, prow: int, old_replicas: Sequence[int], new_replicas: Sequence[int]) -> None:
         """Replicas changed without directories: a kept replica keeps its directory, a new one gets
@@ -500,16 +553,22 @@ class TopicsDelta:
         return view.column("id_hi"), view.column("id_lo")
 
     def bulk_create(self, *, id_hi: np.ndarray, id_lo: np.ndarray, names: Sequence[str], name_hashes: np.ndarray,
-                    topic_epochs: np.ndarray, partitions: dict[str, np.ndarray]) -> bool:
+                    topic_epochs: np.ndarray, partitions: dict[str, np.ndarray],
+                    partition_epochs: np.ndarray | None = None) -> bool:
         """TopicRecords followed by their PartitionRecords, in the shape snapshots and CreateTopics
         write them, applied as whole columns. ``partitions`` holds topic_hi, topic_lo,
         partition_id, leader, leader_epoch, partition_epoch, leader_recovery_state and the 2-D
         replicas / isr arrays (-1 padded). Returns False, changing nothing, when the input is not in
         that shape (an existing or repeated topic, a partition of another topic, a duplicate or
-        missing partition id); the caller then replays record by record."""
+        missing partition id); the caller then replays record by record. ``partition_epochs``
+        (aligned with the partitions; log replay: their offsets) raise each topic's epoch to its
+        last new partition, as the scalar path does."""
         count = len(id_hi)
-        if count == 0 or len(np.unique(name_hashes)) != count:
+        if count == 0:
             return False
+        ordered = np.sort(name_hashes)
+        if (ordered[1:] == ordered[:-1]).any():
+            return False  # a repeated name (or a 64-bit hash collision): the scalar path decides
         if not self._all_new(id_hi, id_lo, names, name_hashes):
             return False
         local = hindex.HashIndex.build(hindex.hash_ids(id_hi, id_lo), np.arange(count, dtype=np.int32))
@@ -517,6 +576,9 @@ class TopicsDelta:
         if len(owner) and owner.min() < 0:
             return False
         pids = partitions["partition_id"]
+        if partition_epochs is not None and len(owner):
+            topic_epochs = np.array(topic_epochs, dtype=np.int64, copy=True)
+            np.maximum.at(topic_epochs, owner, partition_epochs.astype(np.int64))
         order = np.lexsort((pids, owner))
         if not np.array_equal(order, np.arange(len(order))):
             owner, pids = owner[order], pids[order]
@@ -531,8 +593,7 @@ class TopicsDelta:
         self.topics.append({"id_hi": id_hi, "id_lo": id_lo, "first_row": first_row,
                             "partition_count": per_topic, "topic_epoch": topic_epochs,
                             "live": np.ones(count, dtype=np.bool_)})
-        for i, name in enumerate(names):
-            self._append_name(first_topic_row + i, name)
+        self._append_names(first_topic_row, names)
         topic_rows = np.arange(first_topic_row, first_topic_row + count, dtype=np.int32)
         self.name_index.insert_many(name_hashes, topic_rows)
         self.id_index.insert_many(hindex.hash_ids(id_hi, id_lo), topic_rows)
@@ -542,8 +603,8 @@ class TopicsDelta:
                                           "leader_recovery_state", "replicas", "isr")},
         })
         self.live_topics += count
-        self.changes.created_topics.update(halves_to_uuid(a, b) for a, b in zip(id_hi, id_lo, strict=True))
-        self.changes.changed_partition_rows.update(range(base_prow, base_prow + len(pids)))
+        self.changes.topic_rows = self.topics.rows
+        self.changes.partition_rows = self.partitions.rows
         return True
 
     def _all_new(self, id_hi: np.ndarray, id_lo: np.ndarray, names: Sequence[str], name_hashes: np.ndarray) -> bool:
@@ -597,7 +658,7 @@ class TopicsDelta:
         self._set_last(prows, leader_recovery_state != -1, "leader_recovery_state", leader_recovery_state)
         self._set_last(prows, isr_count >= 0, "isr", isr)
         self._set_last(prows, replica_count >= 0, "replicas", replicas)
-        self.changes.changed_partition_rows.update(rows.tolist())
+        self.changes.wrote(rows)
 
     def _set_last(self, prows: np.ndarray, mask: np.ndarray, name: str, values: np.ndarray) -> None:
         """For every partition row, write the value of the last masked record that names it."""

@@ -1,0 +1,478 @@
+"""MetadataImage and MetadataDelta: the state a metadata log describes, and the edit that moves it on.
+
+An image is immutable once published. A delta replays records in log order (``replay``), then
+``apply()`` builds the next image, sharing every unchanged part with the old one: the topics image
+shares its column chunks (see topics.py); the small sub-images below are immutable mappings that a
+delta copies only when a record really changes them. So a delta holds only real changes:
+replaying a record that changes nothing (the same config value again, fencing a fenced broker, the
+same feature level) leaves ``changed`` empty.
+
+Sub-images and the records that edit them:
+    features         FeatureLevelRecord (metadata.version and every other finalized feature)
+    cluster          RegisterBrokerRecord, UnregisterBrokerRecord, FenceBrokerRecord,
+                     UnfenceBrokerRecord, BrokerRegistrationChangeRecord, RegisterControllerRecord
+    topics           TopicRecord, PartitionRecord, PartitionChangeRecord, RemoveTopicRecord
+    configs          ConfigRecord (a null value deletes the key)
+    client_quotas    ClientQuotaRecord
+    producer_ids     ProducerIdsRecord
+    acls             AccessControlEntryRecord, RemoveAccessControlEntryRecord
+    scram            UserScramCredentialRecord, RemoveUserScramCredentialRecord
+    delegation_tokens DelegationTokenRecord, RemoveDelegationTokenRecord
+    (no state)       NoOpRecord, ZkMigrationStateRecord (kept), Begin/End/AbortTransactionRecord
+                     (the loader holds back a transaction's records until its end)
+Records the image carries without interpreting them are kept as their decoded data, so an image
+written back out (writer.py) loses nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any
+
+from kraftlog.engine.image.topics import MetadataReplayError, TopicsDelta, TopicsImage
+
+METADATA_VERSION = "metadata.version"
+EMPTY: Mapping = MappingProxyType({})
+
+# Kafka's BrokerRegistrationFencingChange / InControlledShutdownChange values.
+FENCING_FENCE, FENCING_NONE, FENCING_UNFENCE = 1, 0, -1
+CONTROLLED_SHUTDOWN_NONE, CONTROLLED_SHUTDOWN_IN = 0, 1
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where an image comes from: the last record's offset and epoch, and its batch timestamp."""
+
+    offset: int = -1
+    epoch: int = -1
+    timestamp_ms: int = -1
+
+
+@dataclass(frozen=True)
+class FeaturesImage:
+    metadata_version: int = 0  # 0: not yet set (a log must set it before anything else matters)
+    finalized: Mapping[str, int] = field(default_factory=lambda: EMPTY)  # every finalized feature except metadata.version
+
+    def level(self, name: str) -> int:
+        return self.metadata_version if name == METADATA_VERSION else self.finalized.get(name, 0)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str
+    host: str
+    port: int
+    security_protocol: int
+
+
+@dataclass(frozen=True)
+class BrokerRegistration:
+    broker_id: int
+    epoch: int
+    incarnation_id: uuid.UUID
+    endpoints: tuple[Endpoint, ...]
+    supported_features: tuple[tuple[str, int, int], ...]  # (name, min, max)
+    rack: str | None
+    fenced: bool
+    in_controlled_shutdown: bool
+    is_migrating_zk_broker: bool = False
+    log_dirs: tuple[uuid.UUID, ...] = ()
+
+    def supports(self, feature: str, level: int) -> bool:
+        for name, low, high in self.supported_features:
+            if name == feature:
+                return low <= level <= high
+        return level == 0
+
+
+@dataclass(frozen=True)
+class ControllerRegistration:
+    controller_id: int
+    incarnation_id: uuid.UUID
+    zk_migration_ready: bool
+    endpoints: tuple[Endpoint, ...]
+    supported_features: tuple[tuple[str, int, int], ...]
+
+    def supports(self, feature: str, level: int) -> bool:
+        for name, low, high in self.supported_features:
+            if name == feature:
+                return low <= level <= high
+        return level == 0
+
+
+@dataclass(frozen=True)
+class ClusterImage:
+    brokers: Mapping[int, BrokerRegistration] = field(default_factory=lambda: EMPTY)
+    controllers: Mapping[int, ControllerRegistration] = field(default_factory=lambda: EMPTY)
+
+    def live_brokers(self) -> list[BrokerRegistration]:
+        """Brokers that are registered and neither fenced nor shutting down (metadata answers use these)."""
+        return [b for _, b in sorted(self.brokers.items()) if not b.fenced and not b.in_controlled_shutdown]
+
+
+@dataclass(frozen=True)
+class ProducerIdsImage:
+    next_producer_id: int = -1
+    broker_id: int = -1
+    broker_epoch: int = -1
+
+
+def _freeze(value: Any) -> Any:
+    """Deep-immutable copy of decoded record data (dicts -> mapping proxies, lists -> tuples)."""
+    if isinstance(value, dict):
+        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """Back to plain dicts and lists (for encoding)."""
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [thaw(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class MetadataImage:
+    provenance: Provenance = Provenance()
+    features: FeaturesImage = FeaturesImage()
+    cluster: ClusterImage = ClusterImage()
+    topics: TopicsImage = field(default_factory=TopicsImage.empty)
+    configs: Mapping[tuple[int, str], Mapping[str, str]] = field(default_factory=lambda: EMPTY)
+    client_quotas: Mapping[tuple[tuple[str, str | None], ...], Mapping[str, float]] = field(default_factory=lambda: EMPTY)
+    producer_ids: ProducerIdsImage = ProducerIdsImage()
+    acls: Mapping[uuid.UUID, Mapping[str, Any]] = field(default_factory=lambda: EMPTY)
+    scram: Mapping[tuple[str, int], Mapping[str, Any]] = field(default_factory=lambda: EMPTY)
+    delegation_tokens: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: EMPTY)
+    zk_migration_state: int | None = None
+
+    @classmethod
+    def empty(cls) -> MetadataImage:
+        return cls()
+
+    def delta(self) -> MetadataDelta:
+        return MetadataDelta(self)
+
+    @property
+    def is_empty(self) -> bool:
+        return self.provenance.offset < 0 and not self.cluster.brokers and self.topics.live_topics == 0
+
+
+class _MapDelta:
+    """Copy-on-first-write editing of one immutable mapping."""
+
+    def __init__(self, base: Mapping):
+        self.base = base
+        self.items: dict | None = None
+
+    def get(self, key, default=None):
+        return (self.items if self.items is not None else self.base).get(key, default)
+
+    def put(self, key, value) -> bool:
+        if self.get(key, _MISSING) == value:
+            return False
+        self._own()[key] = value
+        return True
+
+    def remove(self, key) -> bool:
+        if self.get(key, _MISSING) is _MISSING:
+            return False
+        del self._own()[key]
+        return True
+
+    def _own(self) -> dict:
+        if self.items is None:
+            self.items = dict(self.base)
+        return self.items
+
+    def result(self) -> Mapping:
+        return self.base if self.items is None else MappingProxyType(self.items)
+
+
+_MISSING = object()
+
+
+class MetadataDelta:
+    """Replays records onto an image. Not thread-safe; one delta per loader step."""
+
+    def __init__(self, image: MetadataImage):
+        self.image = image
+        self._topics: TopicsDelta | None = None
+        self.features = _MapDelta(image.features.finalized)
+        self.metadata_version = image.features.metadata_version
+        self.brokers = _MapDelta(image.cluster.brokers)
+        self.controllers = _MapDelta(image.cluster.controllers)
+        self.configs = _MapDelta(image.configs)
+        self.client_quotas = _MapDelta(image.client_quotas)
+        self.acls = _MapDelta(image.acls)
+        self.scram = _MapDelta(image.scram)
+        self.delegation_tokens = _MapDelta(image.delegation_tokens)
+        self.producer_ids = image.producer_ids
+        self.zk_migration_state = image.zk_migration_state
+        self.changed: set[str] = set()  # names of the sub-images that really changed
+
+    @property
+    def topics(self) -> TopicsDelta:
+        if self._topics is None:
+            self._topics = self.image.topics.delta()
+        return self._topics
+
+    # -- replay ---------------------------------------------------------------------------------
+    def replay(self, record_type: str, data: Mapping[str, Any], *, topic_epoch: int | None = -1) -> None:
+        """Apply one decoded metadata record (``data`` keyed by Kafka's field names).
+
+        ``topic_epoch`` is the KIP-232 epoch a TopicRecord or a new PartitionRecord gives its
+        topic: the record's log offset when replaying a log, the snapshot's end offset (or the
+        epoch carried in the record's tagged field) when loading a snapshot.
+        """
+        handler = _HANDLERS.get(record_type)
+        if handler is None:
+            raise MetadataReplayError(f"cannot replay a {record_type}")
+        handler(self, data, topic_epoch)
+
+    def _topic_record(self, d, topic_epoch):
+        self.topics.replay_topic(d["TopicId"], d["Name"], -1 if topic_epoch is None else topic_epoch)
+        self._mark_topics()
+
+    def _partition_record(self, d, topic_epoch):
+        self.topics.replay_partition(
+            d["TopicId"], d["PartitionId"], replicas=d["Replicas"], isr=d["Isr"], leader=d["Leader"],
+            leader_epoch=d["LeaderEpoch"], partition_epoch=d["PartitionEpoch"],
+            leader_recovery_state=d.get("LeaderRecoveryState", 0), removing_replicas=d["RemovingReplicas"],
+            adding_replicas=d["AddingReplicas"], directories=d.get("Directories") or (),
+            eligible_leader_replicas=d.get("EligibleLeaderReplicas"), last_known_elr=d.get("LastKnownElr"),
+            topic_epoch=topic_epoch)
+        self._mark_topics()
+
+    def _partition_change(self, d, topic_epoch):
+        self.topics.replay_partition_change(
+            d["TopicId"], d["PartitionId"], leader=d.get("Leader", -2), isr=d.get("Isr"),
+            replicas=d.get("Replicas"), removing_replicas=d.get("RemovingReplicas"),
+            adding_replicas=d.get("AddingReplicas"), leader_recovery_state=d.get("LeaderRecoveryState", -1),
+            directories=d.get("Directories"), eligible_leader_replicas=d.get("EligibleLeaderReplicas"),
+            last_known_elr=d.get("LastKnownElr"))
+        self._mark_topics()
+
+    def _remove_topic(self, d, topic_epoch):
+        self.topics.replay_remove_topic(d["TopicId"])
+        self._mark_topics()
+
+    def _mark_topics(self):
+        if self._topics is not None and self._topics.changes:
+            self.changed.add("topics")
+
+    def _feature_level(self, d, topic_epoch):
+        name, level = d["Name"], d["FeatureLevel"]
+        if name == METADATA_VERSION:
+            if level != self.metadata_version:
+                self.metadata_version = level
+                self.changed.add("features")
+            return
+        changed = self.features.put(name, level) if level else self.features.remove(name)
+        if changed:
+            self.changed.add("features")
+
+    def _register_broker(self, d, topic_epoch):
+        registration = BrokerRegistration(
+            broker_id=d["BrokerId"], epoch=d["BrokerEpoch"], incarnation_id=d["IncarnationId"],
+            endpoints=tuple(Endpoint(e["Name"], e["Host"], e["Port"], e["SecurityProtocol"]) for e in d["EndPoints"]),
+            supported_features=tuple((f["Name"], f["MinSupportedVersion"], f["MaxSupportedVersion"])
+                                     for f in d["Features"]),
+            rack=d["Rack"], fenced=d["Fenced"], in_controlled_shutdown=d.get("InControlledShutdown", False),
+            is_migrating_zk_broker=d.get("IsMigratingZkBroker", False), log_dirs=tuple(d.get("LogDirs") or ()))
+        if self.brokers.put(registration.broker_id, registration):
+            self.changed.add("cluster")
+
+    def _unregister_broker(self, d, topic_epoch):
+        current = self.brokers.get(d["BrokerId"])
+        if current is not None and current.epoch == d["BrokerEpoch"] and self.brokers.remove(d["BrokerId"]):
+            self.changed.add("cluster")
+
+    def _broker_or_raise(self, broker_id: int, epoch: int, what: str) -> BrokerRegistration:
+        current = self.brokers.get(broker_id)
+        if current is None:
+            raise MetadataReplayError(f"{what} for unregistered broker {broker_id}")
+        if current.epoch != epoch:
+            raise MetadataReplayError(f"{what} for broker {broker_id} at epoch {epoch}, registered at {current.epoch}")
+        return current
+
+    def _fence(self, d, topic_epoch, fenced: bool = True):
+        current = self._broker_or_raise(d["Id"], d["Epoch"], "FenceBrokerRecord" if fenced else "UnfenceBrokerRecord")
+        if self.brokers.put(current.broker_id, replace(current, fenced=fenced)):
+            self.changed.add("cluster")
+
+    def _unfence(self, d, topic_epoch):
+        self._fence(d, topic_epoch, fenced=False)
+
+    def _broker_change(self, d, topic_epoch):
+        current = self._broker_or_raise(d["BrokerId"], d["BrokerEpoch"], "BrokerRegistrationChangeRecord")
+        updated = apply_broker_change(current, d.get("Fenced", FENCING_NONE),
+                                      d.get("InControlledShutdown", CONTROLLED_SHUTDOWN_NONE), d.get("LogDirs"))
+        if self.brokers.put(current.broker_id, updated):
+            self.changed.add("cluster")
+
+    def _register_controller(self, d, topic_epoch):
+        registration = ControllerRegistration(
+            controller_id=d["ControllerId"], incarnation_id=d["IncarnationId"],
+            zk_migration_ready=d["ZkMigrationReady"],
+            endpoints=tuple(Endpoint(e["Name"], e["Host"], e["Port"], e["SecurityProtocol"]) for e in d["EndPoints"]),
+            supported_features=tuple((f["Name"], f["MinSupportedVersion"], f["MaxSupportedVersion"])
+                                     for f in d["Features"]))
+        if self.controllers.put(registration.controller_id, registration):
+            self.changed.add("cluster")
+
+    def _config(self, d, topic_epoch):
+        self.replay_config(d["ResourceType"], d["ResourceName"], d["Name"], d["Value"])
+
+    def replay_config(self, resource_type: int, resource_name: str, name: str, value: str | None) -> None:
+        key = (resource_type, resource_name)
+        current = self.configs.get(key, EMPTY)
+        if current.get(name) == value and (value is not None or name not in current):
+            return
+        updated = dict(current)
+        if value is None:
+            updated.pop(name, None)
+        else:
+            updated[name] = value
+        if updated:
+            self.configs.put(key, MappingProxyType(updated))
+        else:
+            self.configs.remove(key)
+        self.changed.add("configs")
+
+    def _client_quota(self, d, topic_epoch):
+        entity = tuple(sorted((e["EntityType"], e["EntityName"]) for e in d["Entity"]))
+        current = self.client_quotas.get(entity, EMPTY)
+        updated = dict(current)
+        if d["Remove"]:
+            if d["Key"] not in updated:
+                return
+            del updated[d["Key"]]
+        else:
+            if updated.get(d["Key"]) == d["Value"]:
+                return
+            updated[d["Key"]] = d["Value"]
+        if updated:
+            self.client_quotas.put(entity, MappingProxyType(updated))
+        else:
+            self.client_quotas.remove(entity)
+        self.changed.add("client_quotas")
+
+    def _producer_ids(self, d, topic_epoch):
+        updated = ProducerIdsImage(d["NextProducerId"], d["BrokerId"], d["BrokerEpoch"])
+        if updated != self.producer_ids:
+            self.producer_ids = updated
+            self.changed.add("producer_ids")
+
+    def _acl(self, d, topic_epoch):
+        if self.acls.put(d["Id"], _freeze(dict(d))):
+            self.changed.add("acls")
+
+    def _remove_acl(self, d, topic_epoch):
+        if self.acls.remove(d["Id"]):
+            self.changed.add("acls")
+
+    def _scram(self, d, topic_epoch):
+        if self.scram.put((d["Name"], d["Mechanism"]), _freeze(dict(d))):
+            self.changed.add("scram")
+
+    def _remove_scram(self, d, topic_epoch):
+        if self.scram.remove((d["Name"], d["Mechanism"])):
+            self.changed.add("scram")
+
+    def _token(self, d, topic_epoch):
+        if self.delegation_tokens.put(d["TokenId"], _freeze(dict(d))):
+            self.changed.add("delegation_tokens")
+
+    def _remove_token(self, d, topic_epoch):
+        if self.delegation_tokens.remove(d["TokenId"]):
+            self.changed.add("delegation_tokens")
+
+    def _zk_migration(self, d, topic_epoch):
+        if d["ZkMigrationState"] != self.zk_migration_state:
+            self.zk_migration_state = d["ZkMigrationState"]
+            self.changed.add("zk_migration")
+
+    def _nothing(self, d, topic_epoch):
+        """NoOpRecord and the transaction markers change no state (the loader handles transactions)."""
+
+    # -- apply ----------------------------------------------------------------------------------
+    @property
+    def is_empty(self) -> bool:
+        return not self.changed
+
+    def apply(self, provenance: Provenance | None = None) -> MetadataImage:
+        image = self.image
+        features = image.features
+        if "features" in self.changed:
+            features = FeaturesImage(self.metadata_version, self.features.result())
+        cluster = image.cluster
+        if "cluster" in self.changed:
+            cluster = ClusterImage(self.brokers.result(), self.controllers.result())
+        topics = self._topics.apply() if self._topics is not None and "topics" in self.changed else image.topics
+        return MetadataImage(
+            provenance=provenance or image.provenance,
+            features=features,
+            cluster=cluster,
+            topics=topics,
+            configs=self.configs.result(),
+            client_quotas=self.client_quotas.result(),
+            producer_ids=self.producer_ids,
+            acls=self.acls.result(),
+            scram=self.scram.result(),
+            delegation_tokens=self.delegation_tokens.result(),
+            zk_migration_state=self.zk_migration_state,
+        )
+
+
+def apply_broker_change(current: BrokerRegistration, fencing: int, controlled_shutdown: int,
+                        log_dirs) -> BrokerRegistration:
+    """BrokerRegistrationChangeRecord semantics (Kafka's fencing / controlled-shutdown change enums)."""
+    if fencing not in (FENCING_FENCE, FENCING_NONE, FENCING_UNFENCE):
+        raise MetadataReplayError(f"invalid fencing change {fencing} for broker {current.broker_id}")
+    if controlled_shutdown not in (CONTROLLED_SHUTDOWN_NONE, CONTROLLED_SHUTDOWN_IN):
+        raise MetadataReplayError(f"invalid controlled shutdown change {controlled_shutdown} "
+                                  f"for broker {current.broker_id}")
+    updated = current
+    if fencing != FENCING_NONE:
+        updated = replace(updated, fenced=fencing == FENCING_FENCE)
+    if controlled_shutdown == CONTROLLED_SHUTDOWN_IN:
+        updated = replace(updated, in_controlled_shutdown=True)
+    if log_dirs:
+        updated = replace(updated, log_dirs=tuple(log_dirs))
+    return updated
+
+
+_HANDLERS = {
+    "TopicRecord": MetadataDelta._topic_record,
+    "PartitionRecord": MetadataDelta._partition_record,
+    "PartitionChangeRecord": MetadataDelta._partition_change,
+    "RemoveTopicRecord": MetadataDelta._remove_topic,
+    "FeatureLevelRecord": MetadataDelta._feature_level,
+    "RegisterBrokerRecord": MetadataDelta._register_broker,
+    "UnregisterBrokerRecord": MetadataDelta._unregister_broker,
+    "FenceBrokerRecord": MetadataDelta._fence,
+    "UnfenceBrokerRecord": MetadataDelta._unfence,
+    "BrokerRegistrationChangeRecord": MetadataDelta._broker_change,
+    "RegisterControllerRecord": MetadataDelta._register_controller,
+    "ConfigRecord": MetadataDelta._config,
+    "ClientQuotaRecord": MetadataDelta._client_quota,
+    "ProducerIdsRecord": MetadataDelta._producer_ids,
+    "AccessControlEntryRecord": MetadataDelta._acl,
+    "RemoveAccessControlEntryRecord": MetadataDelta._remove_acl,
+    "UserScramCredentialRecord": MetadataDelta._scram,
+    "RemoveUserScramCredentialRecord": MetadataDelta._remove_scram,
+    "DelegationTokenRecord": MetadataDelta._token,
+    "RemoveDelegationTokenRecord": MetadataDelta._remove_token,
+    "ZkMigrationStateRecord": MetadataDelta._zk_migration,
+    "NoOpRecord": MetadataDelta._nothing,
+    "BeginTransactionRecord": MetadataDelta._nothing,
+    "EndTransactionRecord": MetadataDelta._nothing,
+    "AbortTransactionRecord": MetadataDelta._nothing,
+}
