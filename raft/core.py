@@ -1,0 +1,1008 @@
+"""The KIP-595 Raft core: a pure state machine, no I/O.
+
+Driving it (see raft/ready.py for the persist -> send -> apply order):
+
+    core = RaftCore(node_id=1, voters={1, 2, 3}, cluster_id="c", clock=..., rng=random.Random(seed),
+                    log=..., quorum_store=..., snapshots=...)
+    core.step(envelope)        # each inbound request or response
+    ready = core.poll()        # timers, retries, deliveries; returns one frozen Ready
+    execute_ready(ready, ...)  # persist, send, apply; poll again by ready.next_poll_ms
+
+``append(records)`` (leader only), ``resign()`` (graceful shutdown), ``create_snapshot`` and
+``describe_quorum()`` are the client calls; their effects show up in the next Ready.
+
+Protocol facts this follows (KIP-595, KIP-996 pre-vote):
+    * one vote per epoch, only for a candidate whose log (last epoch, end offset) is at least
+      as up to date as ours; the vote is in the Ready's election state, so it is persisted
+      before the response leaves.
+    * a node that times out first asks a pre-vote (no epoch bump); a voter grants it only if
+      it has not heard from a live leader (a Follower that fetched successfully in this state
+      and was not told the leader resigned rejects it).
+    * the leader writes a LeaderChange control batch at the start of its epoch and advances
+      the high watermark to the largest offset flushed on a majority of voters, but only
+      past that epoch start offset. Observers never count.
+    * followers pull with Fetch(FetchOffset, LastFetchedEpoch); the leader answers records, a
+      DivergingEpoch to truncate to, or a SnapshotId to fetch with FetchSnapshot.
+    * a leader that has not been fetched from by a majority within 1.5 x fetch_timeout_ms
+      resigns; a follower that has not heard from its leader for fetch_timeout_ms turns
+      prospective.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kraftlog.errors import CorruptRecordError
+from kraftlog.raft.control import encode_leader_change
+from kraftlog.raft.messages import (
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    Envelope,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    ReplicaDescription,
+    VoteRequest,
+    VoteResponse,
+)
+from kraftlog.raft.metrics import RaftMetrics
+from kraftlog.raft.ready import Commit, LeaderChangeNotice, LoadSnapshot, Ready
+from kraftlog.raft.state import NodeState, QuorumState, Role
+from kraftlog.raft.types import (
+    NO_EPOCH,
+    NO_ID,
+    ElectionState,
+    Errors,
+    InvalidSnapshotError,
+    NotLeaderError,
+    OffsetAndEpoch,
+    RaftError,
+    SafetyViolationError,
+)
+
+U, V, P, C, L, F, R = (Role.UNATTACHED, Role.VOTED, Role.PROSPECTIVE, Role.CANDIDATE, Role.LEADER,
+                       Role.FOLLOWER, Role.RESIGNED)
+
+
+@dataclass(frozen=True, slots=True)
+class RaftConfig:
+    """Timeouts and limits (Kafka's controller.quorum.* defaults)."""
+
+    election_timeout_ms: int = 1000  # randomized in [t, 2t)
+    election_backoff_max_ms: int = 1000  # after a lost election, before asking again
+    fetch_timeout_ms: int = 2000
+    request_timeout_ms: int = 2000
+    retry_backoff_ms: int = 20
+    fetch_max_wait_ms: int = 500  # how long the leader parks a Fetch with nothing to return
+    fetch_max_bytes: int = 8 << 20
+    snapshot_chunk_max_bytes: int = 1 << 20
+    deliveries_max_batches: int = 1024  # per poll, so one poll stays short
+    metrics_window_ms: int = 30_000
+
+    @property
+    def check_quorum_timeout_ms(self) -> int:
+        # Kafka's leader waits 1.5 x the fetch timeout before deciding it lost its majority.
+        return self.fetch_timeout_ms * 3 // 2
+
+
+@dataclass(slots=True)
+class _Pending:
+    destination: int
+    kind: type
+    deadline_ms: int
+    serial: int
+    extra: object = None
+
+
+@dataclass(slots=True)
+class ReplicaProgress:
+    """The leader's view of one replica (Kafka's ReplicaState)."""
+
+    end_offset: int = -1
+    last_fetch_ms: int = -1
+    last_caught_up_ms: int = -1
+    begin_acked: bool = False
+    last_sent_hw: int = -1
+
+
+@dataclass(slots=True)
+class _Parked:
+    envelope: Envelope
+    request: FetchRequest
+    deadline_ms: int
+
+
+@dataclass(slots=True)
+class _LeaderProgress:
+    epoch_start_offset: int
+    since_ms: int
+    voters: dict[int, ReplicaProgress]
+    observers: dict[int, ReplicaProgress] = field(default_factory=dict)
+    parked: dict[int, _Parked] = field(default_factory=dict)
+    appended: deque = field(default_factory=deque)  # (last_offset, append_ms) for commit latency
+
+
+@dataclass(slots=True)
+class _SnapshotFetch:
+    snapshot_id: OffsetAndEpoch
+    position: int = 0
+    size: int = -1
+
+
+class RaftCore:
+    def __init__(self, *, node_id: int, voters, cluster_id: str | None, clock, rng, log, quorum_store,
+                 snapshots, config: RaftConfig | None = None):
+        self.node_id = node_id
+        self.voters = frozenset(voters)
+        self.cluster_id = cluster_id
+        self.config = config or RaftConfig()
+        self.clock, self.rng, self.log, self.snapshots = clock, rng, log, snapshots
+        self.majority = len(self.voters) // 2 + 1
+        self.metrics = RaftMetrics(self.config.metrics_window_ms)
+        self._outbox: list[Envelope] = []
+        self._deliveries: list = []
+        self._flush = False
+        self._inflight: dict[int, _Pending] = {}
+        self._inflight_key: dict[tuple[type, int], int] = {}
+        self._retry_at: dict[tuple[type, int], int] = {}
+        self._correlation = rng.getrandbits(30)
+        self._hw = -1  # this node's high watermark; never decreases (-1: not known yet)
+        self._listener_next = 0  # the next offset the listener needs
+        self._notified: tuple[int, int] = (NO_ID, NO_EPOCH)
+        self._leader_notified = False  # the listener was told that this node leads
+        self._leader: _LeaderProgress | None = None
+        self._snapshot_fetch: _SnapshotFetch | None = None
+        self._end_quorum_pending: set[int] = set()
+        self._fetch_backoff_until_ms = 0
+        self.snapshots_installed = 0  # counters the simulator reads to prove a path ran
+        self.truncations = 0
+        self._qs = QuorumState(node_id, self.voters, self._initial_state(quorum_store.read()))
+
+    # ---- startup ----------------------------------------------------------------------
+
+    def _initial_state(self, stored: ElectionState | None) -> NodeState:
+        now = self.clock.milliseconds()
+        if stored is None:
+            stored = ElectionState(0)
+        if stored.voters and stored.voters != self.voters:
+            raise RaftError(f"configured voters {sorted(self.voters)} differ from the quorum-state "
+                            f"file's {sorted(stored.voters)}: fix the configuration or wipe the state")
+        log_epoch = self.log.last_fetched_epoch()
+        observer = self.node_id not in self.voters
+        if stored.epoch < log_epoch:
+            # The quorum-state lost a write the log did not: start unattached in the log's epoch.
+            return self._unattached(log_epoch, now)
+        e = stored.epoch
+        if observer:
+            if stored.leader_id != NO_ID:
+                return NodeState(F, e, leader_id=stored.leader_id, deadline_ms=now + self.config.fetch_timeout_ms)
+            return self._unattached(e, now)
+        if stored.leader_id == self.node_id:
+            # Lead no more in this epoch: unflushed records of ours may be lost, and a second
+            # leadership in one epoch could reuse their offsets.
+            return NodeState(R, e, leader_id=self.node_id, voted_id=stored.voted_id,
+                             deadline_ms=now + self._election_timeout())
+        if stored.voted_id == self.node_id:
+            return NodeState(P, e, voted_id=self.node_id, leader_id=stored.leader_id,
+                             deadline_ms=now + self._election_timeout())
+        if stored.leader_id != NO_ID:
+            return NodeState(F, e, leader_id=stored.leader_id, voted_id=stored.voted_id,
+                             deadline_ms=now + self.config.fetch_timeout_ms)
+        if stored.voted_id != NO_ID:
+            return NodeState(V, e, voted_id=stored.voted_id, deadline_ms=now + self._election_timeout())
+        return self._unattached(e, now)
+
+    # ---- read-only views ----------------------------------------------------------------
+
+    @property
+    def role(self) -> Role:
+        return self._qs.role
+
+    @property
+    def epoch(self) -> int:
+        return self._qs.epoch
+
+    @property
+    def leader_id(self) -> int:
+        s = self._qs.current
+        if s.role is L:
+            return self.node_id
+        return s.leader_id if s.role in (F, P) and s.leader_id != self.node_id else NO_ID
+
+    @property
+    def voted_id(self) -> int:
+        return self._qs.current.voted_id
+
+    @property
+    def high_watermark(self) -> int:
+        return self._hw
+
+    @property
+    def is_observer(self) -> bool:
+        return self._qs.is_observer
+
+    @property
+    def election_state(self) -> ElectionState:
+        return self._qs.persisted
+
+    def metrics_snapshot(self) -> dict:
+        return self.metrics.snapshot(self, self.clock.milliseconds())
+
+    # ---- client calls ---------------------------------------------------------------------
+
+    def append(self, records: Sequence[bytes]) -> int:
+        """Append one batch as the leader; returns its last offset. Committed once the high
+        watermark passes it; raises NotLeaderError on any other node."""
+        if self._qs.role is not L:
+            raise NotLeaderError(self.node_id, self.epoch, self.leader_id)
+        now = self.clock.milliseconds()
+        info = self.log.append_as_leader(records, self.epoch)
+        self._flush = True
+        self._leader.appended.append((info.last_offset, now))
+        self.metrics.append_records.record(now, len(records))
+        return info.last_offset
+
+    def resign(self) -> None:
+        """Graceful shutdown of a leader: become Resigned and send EndQuorumEpoch with the
+        other voters ordered by how far they replicated, so the best placed one runs first."""
+        if self._qs.role is L:
+            self._resign(self.clock.milliseconds())
+
+    def create_snapshot(self, end_offset: int, data: bytes) -> OffsetAndEpoch:
+        """Store the listener's state as of ``end_offset`` as a snapshot and drop the log
+        before it. ``end_offset`` must be committed and already delivered to the listener."""
+        if not (self.log.start_offset() < end_offset <= min(self._hw, self._listener_next)):
+            raise InvalidSnapshotError(
+                f"snapshot at {end_offset} must be above the log start {self.log.start_offset()} and at or "
+                f"below the delivered high watermark {min(self._hw, self._listener_next)}"
+            )
+        epoch = self.log.read(end_offset - 1, 1)[0].epoch
+        snapshot_id = OffsetAndEpoch(end_offset, epoch)
+        self.snapshots.write_chunk(snapshot_id, 0, data)
+        self.snapshots.finish(snapshot_id, len(data))
+        self._move_log_start(lambda: self.log.delete_before(end_offset, epoch))
+        return snapshot_id
+
+    def _move_log_start(self, change) -> None:
+        # Until the flush in this Ready the log may still come back from a crash with its old
+        # start, so the snapshot there must survive: delete only snapshots below the old start.
+        previous_start = self.log.start_offset()
+        change()
+        self.snapshots.delete_before(OffsetAndEpoch(previous_start, NO_EPOCH))
+        self._flush = True
+
+    def describe_quorum(self) -> DescribeQuorumResponse:
+        if self._qs.role is not L:
+            return DescribeQuorumResponse(Errors.NONE, Errors.NOT_LEADER_OR_FOLLOWER, self.leader_id, self.epoch)
+        lp = self._leader
+        self._update_local_progress(self.clock.milliseconds())
+
+        def describe(replicas):
+            return tuple(ReplicaDescription(i, p.end_offset, p.last_fetch_ms, p.last_caught_up_ms)
+                         for i, p in sorted(replicas.items()))
+
+        return DescribeQuorumResponse(Errors.NONE, Errors.NONE, self.node_id, self.epoch, self._hw,
+                                      describe(lp.voters), describe(lp.observers))
+
+    # ---- the two entry points -----------------------------------------------------------------
+
+    def step(self, envelope: Envelope) -> None:
+        """Handle one inbound message. Effects show up in the next poll()'s Ready."""
+        now = self.clock.milliseconds()
+        body = envelope.body
+        if envelope.is_request:
+            handler = self._request_handlers[type(body)]
+            handler(self, envelope, body, now)
+            return
+        pending = self._inflight.pop(envelope.correlation_id, None)
+        if pending is None or pending.destination != envelope.source or _RESPONSE_OF[pending.kind] is not type(body):
+            return  # a duplicate, or an answer to a request we gave up on
+        key = (pending.kind, pending.destination)
+        if self._inflight_key.get(key) == envelope.correlation_id:
+            del self._inflight_key[key]
+        self._response_handlers[type(body)](self, envelope, body, pending, now)
+
+    def poll(self) -> Ready:
+        """Run timers and retries, then return everything to persist, send and apply."""
+        now = self.clock.milliseconds()
+        self.metrics.poll_started(now)
+        self._expire_requests(now)
+        for _ in range(8):  # roles may chain within one poll (one voter: prospective -> leader)
+            serial = self._qs.current.serial
+            self._poll_role(now)
+            if self._qs.current.serial == serial:
+                break
+        more = self._deliver()
+        election = None
+        if self._qs.election_dirty:
+            election = self._qs.persisted
+            self._qs.election_dirty = False
+        ready = Ready(election, self._flush, tuple(self._outbox), tuple(self._deliveries),
+                      now if more else self._next_poll_ms(now))
+        self._outbox.clear()
+        self._deliveries.clear()
+        self._flush = False
+        self.metrics.poll_finished(self.clock.milliseconds())
+        return ready
+
+    # ---- timers ---------------------------------------------------------------------------
+
+    def _election_timeout(self) -> int:
+        t = self.config.election_timeout_ms
+        return self.rng.randrange(t, 2 * t)
+
+    def _unattached(self, epoch: int, now: int) -> NodeState:
+        if self.node_id not in self.voters:
+            # an observer looks for the leader by asking voters; no election timer
+            return NodeState(U, epoch, deadline_ms=now + self.config.fetch_timeout_ms)
+        return NodeState(U, epoch, deadline_ms=now + self._election_timeout())
+
+    def _next_poll_ms(self, now: int) -> int:
+        s = self._qs.current
+        times = [now + self.config.fetch_timeout_ms]
+        if s.role is not L:
+            times.append(s.deadline_ms)
+        if s.role is C and s.backoff_until_ms >= 0:
+            times.append(s.backoff_until_ms)
+        if s.role is F:
+            times.append(self._fetch_backoff_until_ms)
+        times.extend(p.deadline_ms for p in self._inflight.values())
+        times.extend(self._retry_at.values())
+        if self._leader is not None:
+            times.extend(p.deadline_ms for p in self._leader.parked.values())
+            times.append(self._leader.since_ms + self.config.check_quorum_timeout_ms)
+            times.extend(p.last_fetch_ms + self.config.check_quorum_timeout_ms
+                         for p in self._leader.voters.values() if p.last_fetch_ms >= 0)
+        # only future instants matter: anything due now was handled by this poll
+        return min((t for t in times if t > now), default=now + self.config.fetch_timeout_ms)
+
+    def _expire_requests(self, now: int) -> None:
+        expired = [c for c, p in self._inflight.items() if p.deadline_ms <= now]
+        for c in expired:
+            p = self._inflight.pop(c)
+            key = (p.kind, p.destination)
+            if self._inflight_key.get(key) == c:
+                del self._inflight_key[key]
+                self._retry_at[key] = now + self.config.retry_backoff_ms
+        for key in [k for k, t in self._retry_at.items() if t <= now]:
+            del self._retry_at[key]
+
+    # ---- sending ------------------------------------------------------------------------------
+
+    def _can_send(self, kind: type, destination: int) -> bool:
+        key = (kind, destination)
+        return key not in self._inflight_key and key not in self._retry_at
+
+    def _send(self, destination: int, body, now: int, extra=None) -> None:
+        self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+        c = self._correlation
+        kind = type(body)
+        self._inflight[c] = _Pending(destination, kind, now + self.config.request_timeout_ms,
+                                     self._qs.current.serial, extra)
+        self._inflight_key[(kind, destination)] = c
+        self._outbox.append(Envelope(self.node_id, destination, c, body))
+
+    def _respond(self, request: Envelope, body) -> None:
+        self._outbox.append(Envelope(self.node_id, request.source, request.correlation_id, body))
+
+    # ---- transitions --------------------------------------------------------------------------
+
+    def _transition(self, new: NodeState, now: int) -> None:
+        old = self._qs.current
+        self._qs.transition(new)
+        # a new state starts its own requests: pending ones are answered but no longer block
+        self._inflight_key.clear()
+        self._retry_at.clear()
+        if old.role is L and new.role is not L:
+            self._leave_leadership()
+        if old.role is R:
+            self._end_quorum_pending.clear()
+        if old.role is F and self._snapshot_fetch is not None and new.role is not F:
+            self.snapshots.abort(self._snapshot_fetch.snapshot_id)
+            self._snapshot_fetch = None
+        electing = (P, C)
+        if new.role in electing and old.role not in electing:
+            self.metrics.election_started_ms = now
+        if new.role in (L, F) and self.metrics.election_started_ms is not None:
+            self.metrics.election_latency_ms.record(now, now - self.metrics.election_started_ms)
+            self.metrics.election_started_ms = None
+        if new.role is F:
+            self._fetch_backoff_until_ms = 0
+
+    def _become_unattached(self, epoch: int, now: int) -> None:
+        self._transition(self._unattached(epoch, now), now)
+
+    def _become_follower(self, epoch: int, leader_id: int, now: int) -> None:
+        voted = self._qs.current.voted_id if epoch == self.epoch else NO_ID
+        self._transition(NodeState(F, epoch, leader_id=leader_id, voted_id=voted,
+                                   deadline_ms=now + self.config.fetch_timeout_ms), now)
+
+    def _become_prospective(self, now: int) -> None:
+        s = self._qs.current
+        leader = s.leader_id if s.role in (F, P) else (self.node_id if s.role is R else NO_ID)
+        new = NodeState(P, s.epoch, leader_id=leader, voted_id=s.voted_id,
+                        deadline_ms=now + self._election_timeout())
+        new.granted.add(self.node_id)
+        self._transition(new, now)
+
+    def _become_candidate(self, now: int) -> None:
+        new = NodeState(C, self.epoch + 1, voted_id=self.node_id, deadline_ms=now + self._election_timeout())
+        new.granted.add(self.node_id)
+        self._transition(new, now)
+
+    def _become_leader(self, now: int) -> None:
+        granting = frozenset(self._qs.current.granted)
+        self._transition(NodeState(L, self.epoch, leader_id=self.node_id, voted_id=self.node_id), now)
+        start = self.log.end_offset()
+        self._leader = _LeaderProgress(start, now, {v: ReplicaProgress() for v in self.voters})
+        self._leader_notified = False
+        info = self.log.append_as_leader([encode_leader_change(self.node_id, self.voters, granting)],
+                                         self.epoch, control=True)
+        self._leader.appended.append((info.last_offset, now))
+        self._flush = True
+
+    def _resign(self, now: int) -> None:
+        lp = self._leader
+        others = [v for v in self.voters if v != self.node_id]
+        # best placed first: furthest replicated, then lowest id for a stable order
+        others.sort(key=lambda v: (-lp.voters[v].end_offset, v))
+        self._transition(NodeState(R, self.epoch, leader_id=self.node_id, voted_id=self.node_id,
+                                   deadline_ms=now + self._election_timeout(),
+                                   preferred_successors=tuple(others)), now)
+        self._end_quorum_pending = set(others)
+
+    def _leave_leadership(self) -> None:
+        lp, self._leader = self._leader, None
+        self._leader_notified = False
+        for parked in lp.parked.values():
+            self._respond(parked.envelope, FetchResponse(Errors.NONE, Errors.NOT_LEADER_OR_FOLLOWER,
+                                                         self.leader_id, self.epoch, self._hw))
+
+    def _observe(self, epoch: int, leader_id: int, now: int) -> bool:
+        """Learn from a peer that ``epoch`` exists (and maybe its leader); True when that moved
+        us to another state."""
+        s = self._qs.current
+        known_leader = leader_id not in (NO_ID, self.node_id) and leader_id in self.voters
+        if epoch > s.epoch:
+            if known_leader:
+                self._become_follower(epoch, leader_id, now)
+            else:
+                self._become_unattached(epoch, now)
+            return True
+        if epoch < s.epoch or not known_leader:
+            return False
+        if s.role in (L, R):
+            raise SafetyViolationError(f"node {self.node_id} leads epoch {epoch} but {leader_id} claims it too")
+        if s.role is F:
+            if s.leader_id != leader_id:
+                raise SafetyViolationError(f"two leaders in epoch {epoch}: {s.leader_id} and {leader_id}")
+            return False
+        self._become_follower(epoch, leader_id, now)
+        return True
+
+    # ---- poll per role ------------------------------------------------------------------------
+
+    def _poll_role(self, now: int) -> None:
+        s = self._qs.current
+        role = s.role
+        if role is U or role is V:
+            if self._qs.is_observer:
+                self._poll_observer_discovery(now)
+            elif now >= s.deadline_ms or self.voters == {self.node_id}:
+                # the only voter need not wait for anyone (Kafka elects it at once too)
+                self._become_prospective(now)
+        elif role is P:
+            self._poll_election(s, now, pre_vote=True)
+        elif role is C:
+            self._poll_election(s, now, pre_vote=False)
+        elif role is L:
+            self._poll_leader(now)
+        elif role is F:
+            self._poll_follower(s, now)
+        else:
+            self._poll_resigned(s, now)
+
+    def _poll_election(self, s: NodeState, now: int, *, pre_vote: bool) -> None:
+        if len(s.granted) >= self.majority:
+            if pre_vote:
+                self._become_candidate(now)
+            else:
+                self._become_leader(now)
+            return
+        lost = len(s.rejected) > len(self.voters) - self.majority
+        if pre_vote and lost and s.leader_id not in (NO_ID, self.node_id):
+            self._become_follower(s.epoch, s.leader_id, now)
+            return
+        if not pre_vote and lost and s.backoff_until_ms < 0:
+            s.backoff_until_ms = now + self.rng.randrange(0, self.config.election_backoff_max_ms + 1)
+        if now >= s.deadline_ms or (s.backoff_until_ms >= 0 and now >= s.backoff_until_ms):
+            if s.role is P and s.leader_id not in (NO_ID, self.node_id):
+                self._become_follower(s.epoch, s.leader_id, now)
+            else:
+                self._become_prospective(now)
+            return
+        if lost:
+            return
+        request = VoteRequest(self.cluster_id, NO_ID, s.epoch, self.node_id, self.log.last_fetched_epoch(),
+                              self.log.end_offset(), pre_vote)
+        for v in self.voters:
+            if v != self.node_id and v not in s.granted and v not in s.rejected and self._can_send(VoteRequest, v):
+                self._send(v, _with_voter(request, v), now, pre_vote)
+
+    def _poll_follower(self, s: NodeState, now: int) -> None:
+        if now >= s.deadline_ms:
+            if self._qs.is_observer:
+                self._become_unattached_observer(now)
+            else:
+                self._become_prospective(now)
+            return
+        if now < self._fetch_backoff_until_ms:
+            return
+        sf = self._snapshot_fetch
+        if sf is not None:
+            if self._can_send(FetchSnapshotRequest, s.leader_id):
+                self._send(s.leader_id, FetchSnapshotRequest(self.cluster_id, self.node_id,
+                                                             self.config.snapshot_chunk_max_bytes, s.epoch,
+                                                             sf.snapshot_id, sf.position), now)
+        elif self._can_send(FetchRequest, s.leader_id):
+            self._send_fetch(s.leader_id, s.epoch, now)
+
+    def _become_unattached_observer(self, now: int) -> None:
+        # an observer drops a silent leader and looks for the current one (same epoch)
+        self._transition(NodeState(U, self.epoch, deadline_ms=now + self.config.fetch_timeout_ms), now)
+
+    def _poll_observer_discovery(self, now: int) -> None:
+        if now < self._fetch_backoff_until_ms:
+            return
+        others = sorted(self.voters)
+        target = others[self.rng.randrange(0, len(others))]
+        if all(self._can_send(FetchRequest, v) for v in others):
+            self._send_fetch(target, self.epoch, now)
+
+    def _send_fetch(self, destination: int, epoch: int, now: int) -> None:
+        end = self.log.end_offset()
+        last_epoch = self.log.last_fetched_epoch()
+        self._send(destination, FetchRequest(self.cluster_id, self.node_id, self.config.fetch_max_wait_ms,
+                                             self.config.fetch_max_bytes, epoch, end, last_epoch,
+                                             self.log.start_offset()), now, (end, last_epoch))
+
+    def _poll_resigned(self, s: NodeState, now: int) -> None:
+        if now >= s.deadline_ms:
+            self._become_prospective(now)
+            return
+        for v in sorted(self._end_quorum_pending):
+            if self._can_send(EndQuorumEpochRequest, v):
+                self._send(v, EndQuorumEpochRequest(self.cluster_id, self.node_id, s.epoch,
+                                                    s.preferred_successors), now)
+
+    def _poll_leader(self, now: int) -> None:
+        lp = self._leader
+        if len(self.voters) > 1 and now - lp.since_ms >= self.config.check_quorum_timeout_ms:
+            recent = sum(1 for v, p in lp.voters.items()
+                         if v == self.node_id or now - p.last_fetch_ms < self.config.check_quorum_timeout_ms)
+            if recent < self.majority:
+                self._resign(now)
+                return
+        self._update_local_progress(now)
+        for v, p in lp.voters.items():
+            if v != self.node_id and not p.begin_acked and p.last_fetch_ms < lp.since_ms \
+                    and self._can_send(BeginQuorumEpochRequest, v):
+                self._send(v, BeginQuorumEpochRequest(self.cluster_id, v, self.node_id, self.epoch), now)
+        end = self.log.end_offset()
+        for replica_id, parked in list(lp.parked.items()):
+            progress = self._progress_of(replica_id)
+            if now >= parked.deadline_ms or end > parked.request.fetch_offset or self._hw > progress.last_sent_hw:
+                del lp.parked[replica_id]
+                self._respond(parked.envelope, self._complete_fetch(parked.request, now))
+
+    def _update_local_progress(self, now: int) -> None:
+        lp = self._leader
+        local = lp.voters[self.node_id]
+        local.end_offset = min(self.log.last_flushed_offset(), self.log.end_offset())
+        local.last_fetch_ms = local.last_caught_up_ms = now
+        self._maybe_advance_hw(now)
+
+    def _maybe_advance_hw(self, now: int) -> None:
+        lp = self._leader
+        ends = sorted((p.end_offset for p in lp.voters.values()), reverse=True)
+        majority_end = ends[self.majority - 1]
+        # Only an offset past our LeaderChange record proves the earlier entries committed.
+        if majority_end > lp.epoch_start_offset and majority_end > self._hw:
+            self._hw = majority_end
+            self.log.update_high_watermark(majority_end)
+            while lp.appended and lp.appended[0][0] < majority_end:
+                _, appended_ms = lp.appended.popleft()
+                self.metrics.commit_latency_ms.record(now, now - appended_ms)
+
+    def _progress_of(self, replica_id: int) -> ReplicaProgress:
+        lp = self._leader
+        if replica_id in lp.voters:
+            return lp.voters[replica_id]
+        return lp.observers.setdefault(replica_id, ReplicaProgress())
+
+    # ---- deliveries -----------------------------------------------------------------------------
+
+    def _deliver(self) -> bool:
+        """Queue listener deliveries up to the high watermark; True when more remain."""
+        start = self.log.start_offset()
+        if self._listener_next < start:
+            snapshot_id = self._snapshot_at(start)
+            if snapshot_id is None:
+                raise SafetyViolationError(f"node {self.node_id}: log starts at {start} without a snapshot there")
+            if self._leader_notified:
+                raise SafetyViolationError(f"node {self.node_id} would load a snapshot while leading")
+            self._deliveries.append(LoadSnapshot(snapshot_id))
+            self._listener_next = snapshot_id.offset
+        budget = self.config.deliveries_max_batches
+        while self._listener_next < self._hw and budget > 0:
+            batches = self.log.read(self._listener_next, self.config.fetch_max_bytes)
+            progressed = False
+            for b in batches:
+                if b.next_offset > self._hw or budget == 0:
+                    break
+                if b.base_offset != self._listener_next:
+                    raise SafetyViolationError(f"node {self.node_id}: delivery gap at {self._listener_next}")
+                self._deliveries.append(Commit(b))
+                self._listener_next = b.next_offset
+                budget -= 1
+                progressed = True
+            if not progressed:
+                break
+        self._notify_leader_change()
+        return budget == 0
+
+    def _notify_leader_change(self) -> None:
+        s = self._qs.current
+        if s.role is L:
+            # Tell the state machine it leads only once it has seen everything committed before.
+            if not self._leader_notified and self._listener_next >= self._leader.epoch_start_offset:
+                self._leader_notified = True
+                self._notified = (self.node_id, s.epoch)
+                self._deliveries.append(LeaderChangeNotice(self.node_id, s.epoch))
+            return
+        self._leader_notified = False
+        current = (self.leader_id, s.epoch)
+        if current != self._notified:
+            self._notified = current
+            self._deliveries.append(LeaderChangeNotice(*current))
+
+    def _snapshot_at(self, offset: int) -> OffsetAndEpoch | None:
+        for sid in self.snapshots.snapshot_ids():
+            if sid.offset == offset:
+                return sid
+        return None
+
+    # ---- request handlers -------------------------------------------------------------------------
+
+    def _cluster_ok(self, cluster_id: str | None) -> bool:
+        # Kafka accepts a request without a cluster id (older clients); a different one is fenced.
+        return cluster_id is None or self.cluster_id is None or cluster_id == self.cluster_id
+
+    def _on_vote(self, env: Envelope, req: VoteRequest, now: int) -> None:
+        def reply(granted: bool, error: Errors = Errors.NONE, partition_error: Errors = Errors.NONE) -> None:
+            self._respond(env, VoteResponse(error, self.leader_id, self.epoch, granted, req.pre_vote,
+                                            partition_error))
+
+        if not self._cluster_ok(req.cluster_id):
+            return reply(False, Errors.INCONSISTENT_CLUSTER_ID)
+        if self._qs.is_observer or req.replica_id not in self.voters or req.voter_id not in (NO_ID, self.node_id):
+            return reply(False, partition_error=Errors.INCONSISTENT_VOTER_SET)
+        if req.replica_epoch < self.epoch:
+            return reply(False)
+        if req.replica_epoch > self.epoch:
+            self._become_unattached(req.replica_epoch, now)
+        s = self._qs.current
+        up_to_date = (req.last_offset_epoch, req.last_offset) >= (self.log.last_fetched_epoch(), self.log.end_offset())
+        if req.pre_vote:
+            return reply(up_to_date and self._grants_pre_vote(s))
+        if not up_to_date:
+            return reply(False)
+        cid = req.replica_id
+        if s.voted_id == cid and s.role in (V, P):
+            return reply(True)
+        free = s.voted_id == NO_ID and s.leader_id == NO_ID and s.role in (U, P)
+        if not free:
+            return reply(False)
+        self._transition(NodeState(V, s.epoch, voted_id=cid, deadline_ms=now + self._election_timeout()), now)
+        reply(True)
+
+    def _grants_pre_vote(self, s: NodeState) -> bool:
+        if s.role is L:
+            return False
+        if s.role is F:
+            return not s.fetched_ok or s.leader_resigned
+        return True
+
+    def _on_begin_quorum_epoch(self, env: Envelope, req: BeginQuorumEpochRequest, now: int) -> None:
+        def reply(partition_error: Errors = Errors.NONE, error: Errors = Errors.NONE) -> None:
+            self._respond(env, BeginQuorumEpochResponse(error, self.leader_id, self.epoch, partition_error))
+
+        if not self._cluster_ok(req.cluster_id):
+            return reply(error=Errors.INCONSISTENT_CLUSTER_ID)
+        if self._qs.is_observer or req.leader_id not in self.voters:
+            return reply(Errors.INCONSISTENT_VOTER_SET)
+        if req.leader_epoch < self.epoch:
+            return reply(Errors.FENCED_LEADER_EPOCH)
+        self._observe(req.leader_epoch, req.leader_id, now)
+        reply()
+
+    def _on_end_quorum_epoch(self, env: Envelope, req: EndQuorumEpochRequest, now: int) -> None:
+        def reply(partition_error: Errors = Errors.NONE, error: Errors = Errors.NONE) -> None:
+            self._respond(env, EndQuorumEpochResponse(error, self.leader_id, self.epoch, partition_error))
+
+        if not self._cluster_ok(req.cluster_id):
+            return reply(error=Errors.INCONSISTENT_CLUSTER_ID)
+        if self._qs.is_observer or req.leader_id not in self.voters:
+            return reply(Errors.INCONSISTENT_VOTER_SET)
+        if req.leader_epoch < self.epoch:
+            return reply(Errors.FENCED_LEADER_EPOCH)
+        self._observe(req.leader_epoch, req.leader_id, now)
+        s = self._qs.current
+        if s.epoch == req.leader_epoch and req.leader_id != self.node_id:
+            wait_ms = self._successor_wait_ms(req.preferred_successors)
+            if s.role is F and s.leader_id == req.leader_id:
+                s.leader_resigned = True
+                s.deadline_ms = min(s.deadline_ms, now + wait_ms)
+            elif s.role in (U, V):
+                s.deadline_ms = min(s.deadline_ms, now + wait_ms)
+        reply()
+
+    def _successor_wait_ms(self, preferred: tuple[int, ...]) -> int:
+        """How long to wait before asking for votes after the leader resigned: the first
+        preferred successor at once, the next ones later, the rest after a full timeout."""
+        if self.node_id not in preferred:
+            return self._election_timeout()
+        position = preferred.index(self.node_id)
+        if position == 0:
+            return 0
+        step = max(1, self.config.election_backoff_max_ms // max(1, len(preferred)))
+        return min(self.config.election_backoff_max_ms, position * step) + self.rng.randrange(0, step)
+
+    def _leader_epoch_error(self, request_epoch: int) -> Errors:
+        if request_epoch < self.epoch:
+            return Errors.FENCED_LEADER_EPOCH
+        if request_epoch > self.epoch:
+            return Errors.UNKNOWN_LEADER_EPOCH
+        if self._qs.role is not L:
+            return Errors.NOT_LEADER_OR_FOLLOWER
+        return Errors.NONE
+
+    def _on_fetch(self, env: Envelope, req: FetchRequest, now: int) -> None:
+        if not self._cluster_ok(req.cluster_id):
+            return self._respond(env, FetchResponse(Errors.INCONSISTENT_CLUSTER_ID, Errors.NONE, self.leader_id,
+                                                    self.epoch))
+        if req.fetch_offset < 0 or req.last_fetched_epoch < 0 or req.last_fetched_epoch > req.current_leader_epoch:
+            return self._respond(env, FetchResponse(Errors.NONE, Errors.INVALID_REQUEST, self.leader_id, self.epoch))
+        error = self._leader_epoch_error(req.current_leader_epoch)
+        if error is not Errors.NONE:
+            return self._respond(env, FetchResponse(Errors.NONE, error, self.leader_id, self.epoch, self._hw))
+        progress = self._progress_of(req.replica_id) if req.replica_id >= 0 else None
+        hw_known_to_replica = progress.last_sent_hw if progress is not None else -1
+        response = self._complete_fetch(req, now)
+        answer_now = (
+            response.batches or response.diverging_epoch is not None or response.snapshot_id is not None
+            or req.max_wait_ms == 0 or progress is None or hw_known_to_replica < self._hw
+        )
+        if answer_now:
+            return self._respond(env, response)
+        # nothing new for this replica: park the fetch until data, a higher HW or max wait
+        # (a newer fetch from the same replica replaces the old one, which it gave up on)
+        self._leader.parked[req.replica_id] = _Parked(env, req, now + req.max_wait_ms)
+
+    def _complete_fetch(self, req: FetchRequest, now: int) -> FetchResponse:
+        """Validate (FetchOffset, LastFetchedEpoch) against our epoch cache and build the answer."""
+        epoch, hw = self.epoch, self._hw
+        start = self.log.start_offset()
+        base = dict(error_code=Errors.NONE, partition_error=Errors.NONE, leader_id=self.node_id,
+                    leader_epoch=epoch, log_start_offset=start)
+        offset, last_epoch = req.fetch_offset, req.last_fetched_epoch
+        if start > 0:
+            start_snapshot = self._snapshot_at(start)
+            if start_snapshot is None:
+                raise SafetyViolationError(f"leader {self.node_id}: log starts at {start} without a snapshot there")
+            if offset < start or (offset == start and last_epoch != start_snapshot.epoch) \
+                    or last_epoch < start_snapshot.epoch:
+                return FetchResponse(high_watermark=hw, snapshot_id=self.snapshots.latest_snapshot_id(), **base)
+        if not (offset == 0 and start == 0):
+            end_for_epoch = self.log.end_offset_for_epoch(last_epoch)
+            if end_for_epoch.epoch != last_epoch or end_for_epoch.offset < offset:
+                return FetchResponse(high_watermark=hw, diverging_epoch=end_for_epoch, **base)
+        if req.replica_id >= 0:
+            progress = self._progress_of(req.replica_id)
+            progress.end_offset = offset
+            progress.last_fetch_ms = now
+            if offset >= self.log.end_offset():
+                progress.last_caught_up_ms = now
+            if req.replica_id in self._leader.voters:
+                self._maybe_advance_hw(now)
+            progress.last_sent_hw = self._hw
+        batches = self.log.read(offset, min(req.max_bytes, self.config.fetch_max_bytes))
+        return FetchResponse(high_watermark=self._hw, batches=batches, **base)
+
+    def _on_fetch_snapshot(self, env: Envelope, req: FetchSnapshotRequest, now: int) -> None:
+        def reply(partition_error: Errors, error: Errors = Errors.NONE, **kw) -> None:
+            self._respond(env, FetchSnapshotResponse(error, partition_error, self.leader_id, self.epoch, **kw))
+
+        if not self._cluster_ok(req.cluster_id):
+            return reply(Errors.NONE, Errors.INCONSISTENT_CLUSTER_ID)
+        error = self._leader_epoch_error(req.current_leader_epoch)
+        if error is not Errors.NONE:
+            return reply(error)
+        size = self.snapshots.size(req.snapshot_id)
+        if size is None:
+            return reply(Errors.SNAPSHOT_NOT_FOUND)
+        if not 0 <= req.position <= size:
+            return reply(Errors.POSITION_OUT_OF_RANGE)
+        if req.replica_id >= 0:
+            self._progress_of(req.replica_id).last_fetch_ms = now  # alive, counts for the progress check
+        chunk = self.snapshots.read_chunk(req.snapshot_id, req.position,
+                                          min(req.max_bytes, self.config.snapshot_chunk_max_bytes))
+        reply(Errors.NONE, snapshot_id=req.snapshot_id, size=size, position=req.position, data=chunk)
+
+    def _on_describe_quorum(self, env: Envelope, req: DescribeQuorumRequest, now: int) -> None:
+        self._respond(env, self.describe_quorum())
+
+    # ---- response handlers ------------------------------------------------------------------------
+
+    def _on_vote_response(self, env: Envelope, resp: VoteResponse, pending: _Pending, now: int) -> None:
+        if resp.error_code is not Errors.NONE or resp.partition_error is not Errors.NONE:
+            return
+        if self._observe(resp.leader_epoch, resp.leader_id, now):
+            return
+        s = self._qs.current
+        if s.serial != pending.serial or resp.leader_epoch != s.epoch:
+            return
+        if (s.role is P and pending.extra) or (s.role is C and not pending.extra):
+            (s.granted if resp.vote_granted else s.rejected).add(env.source)
+
+    def _on_begin_response(self, env: Envelope, resp: BeginQuorumEpochResponse, pending: _Pending, now: int) -> None:
+        if resp.error_code is not Errors.NONE:
+            return
+        if self._observe(resp.leader_epoch, resp.leader_id, now):
+            return
+        if self._qs.role is L and resp.leader_epoch == self.epoch and resp.partition_error is Errors.NONE:
+            self._leader.voters[env.source].begin_acked = True
+
+    def _on_end_response(self, env: Envelope, resp: EndQuorumEpochResponse, pending: _Pending, now: int) -> None:
+        if resp.error_code is not Errors.NONE:
+            return
+        if self._observe(resp.leader_epoch, resp.leader_id, now):
+            return
+        self._end_quorum_pending.discard(env.source)
+
+    def _on_fetch_response(self, env: Envelope, resp: FetchResponse, pending: _Pending, now: int) -> None:
+        if resp.error_code is not Errors.NONE:
+            self._fetch_backoff_until_ms = now + self.config.retry_backoff_ms
+            return
+        if self._observe(resp.leader_epoch, resp.leader_id, now):
+            return
+        s = self._qs.current
+        if s.role is not F or s.serial != pending.serial or env.source != s.leader_id:
+            self._fetch_backoff_until_ms = now + self.config.retry_backoff_ms
+            return
+        if resp.partition_error is not Errors.NONE:
+            self._fetch_backoff_until_ms = now + self.config.retry_backoff_ms
+            return
+        s.fetched_ok = True
+        s.deadline_ms = now + self.config.fetch_timeout_ms
+        sent_end, sent_epoch = pending.extra
+        if sent_end != self.log.end_offset() or sent_epoch != self.log.last_fetched_epoch():
+            return  # our log moved since the request (truncation, snapshot): ask again
+        if resp.diverging_epoch is not None:
+            self._truncate_to_diverging(resp.diverging_epoch)
+        elif resp.snapshot_id is not None:
+            self._snapshot_fetch = _SnapshotFetch(resp.snapshot_id)
+        else:
+            batches = resp.batches
+            if batches:
+                if batches[0].base_offset != sent_end:
+                    return
+                self.log.append_as_follower(batches, s.epoch)
+                self._flush = True
+                self.metrics.fetch_records.record(now, sum(len(b.records) for b in batches))
+            # Only a validated answer proves our log is a prefix of the leader's, so only then
+            # may the leader's high watermark mark our records committed.
+            self._follower_high_watermark(resp.high_watermark)
+
+    def _follower_high_watermark(self, leader_hw: int) -> None:
+        hw = min(leader_hw, self.log.end_offset())
+        if hw > self._hw:
+            self._hw = hw
+            self.log.update_high_watermark(hw)
+
+    def _truncate_to_diverging(self, diverging: OffsetAndEpoch) -> None:
+        # Kafka's truncateToEndOffset: keep our records up to where our epoch history and the
+        # leader's agree.
+        if diverging.epoch == 0:
+            offset = min(diverging.offset, self.log.end_offset())
+        else:
+            local = self.log.end_offset_for_epoch(diverging.epoch)
+            offset = min(local.offset, diverging.offset) if local.epoch == diverging.epoch else local.offset
+        floor = max(self._hw, self.log.start_offset())
+        if offset < floor:
+            raise SafetyViolationError(f"node {self.node_id}: leader asks to truncate to {offset}, below the "
+                                       f"committed offset {floor}")
+        self.log.truncate_to(offset)
+        self.truncations += 1
+        self._flush = True
+
+    def _on_fetch_snapshot_response(self, env: Envelope, resp: FetchSnapshotResponse, pending: _Pending,
+                                    now: int) -> None:
+        if resp.error_code is not Errors.NONE:
+            self._fetch_backoff_until_ms = now + self.config.retry_backoff_ms
+            return
+        if self._observe(resp.leader_epoch, resp.leader_id, now):
+            return
+        s, sf = self._qs.current, self._snapshot_fetch
+        if s.role is not F or s.serial != pending.serial or sf is None:
+            return
+        if resp.partition_error in (Errors.SNAPSHOT_NOT_FOUND, Errors.POSITION_OUT_OF_RANGE):
+            self.snapshots.abort(sf.snapshot_id)
+            self._snapshot_fetch = None  # fetch again: the leader names its current snapshot
+            return
+        if resp.partition_error is not Errors.NONE:
+            self._fetch_backoff_until_ms = now + self.config.retry_backoff_ms
+            return
+        s.fetched_ok = True
+        s.deadline_ms = now + self.config.fetch_timeout_ms
+        if resp.snapshot_id != sf.snapshot_id or resp.position != sf.position:
+            return
+        self.snapshots.write_chunk(sf.snapshot_id, sf.position, resp.data)
+        sf.position += len(resp.data)
+        sf.size = resp.size
+        if sf.position < sf.size:
+            return
+        self._snapshot_fetch = None
+        try:
+            self.snapshots.finish(sf.snapshot_id, sf.size)
+        except CorruptRecordError:
+            self.snapshots.abort(sf.snapshot_id)
+            return
+        self._install_snapshot(sf.snapshot_id)
+
+    def _install_snapshot(self, snapshot_id: OffsetAndEpoch) -> None:
+        if self._qs.role is L:
+            raise SafetyViolationError(f"leader {self.node_id} asked to install a snapshot")
+        self._move_log_start(lambda: self.log.truncate_fully_and_start_at(snapshot_id.offset, snapshot_id.epoch))
+        self.snapshots_installed += 1
+        if snapshot_id.offset > self._hw:
+            self._hw = snapshot_id.offset
+            self.log.update_high_watermark(snapshot_id.offset)
+
+    _request_handlers = {
+        VoteRequest: _on_vote,
+        BeginQuorumEpochRequest: _on_begin_quorum_epoch,
+        EndQuorumEpochRequest: _on_end_quorum_epoch,
+        FetchRequest: _on_fetch,
+        FetchSnapshotRequest: _on_fetch_snapshot,
+        DescribeQuorumRequest: _on_describe_quorum,
+    }
+    _response_handlers = {
+        VoteResponse: _on_vote_response,
+        BeginQuorumEpochResponse: _on_begin_response,
+        EndQuorumEpochResponse: _on_end_response,
+        FetchResponse: _on_fetch_response,
+        FetchSnapshotResponse: _on_fetch_snapshot_response,
+    }
+
+
+_RESPONSE_OF = {
+    VoteRequest: VoteResponse,
+    BeginQuorumEpochRequest: BeginQuorumEpochResponse,
+    EndQuorumEpochRequest: EndQuorumEpochResponse,
+    FetchRequest: FetchResponse,
+    FetchSnapshotRequest: FetchSnapshotResponse,
+    DescribeQuorumRequest: DescribeQuorumResponse,
+}
+
+
+def _with_voter(request: VoteRequest, voter_id: int) -> VoteRequest:
+    return VoteRequest(request.cluster_id, voter_id, request.replica_epoch, request.replica_id,
+                       request.last_offset_epoch, request.last_offset, request.pre_vote)

@@ -1,0 +1,122 @@
+"""Small values shared by every raft module: offsets with epochs, log batches, the persisted
+election state, Kafka error codes and raft's typed errors.
+
+Conventions (KIP-595): epochs start at 0 (no leader ever) and a candidate bumps by one, so the
+first elected leader has epoch 1. An offset is the position of one record; a batch covers
+``base_offset .. last_offset`` and every record in it carries the batch's epoch. ``NO_ID`` (-1)
+stands for "no node" in ids, exactly as on Kafka's wire.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import NamedTuple
+
+from kraftlog.errors import KraftlogError
+
+NO_ID = -1  # "unknown leader" / "no vote" on the wire (LeaderId, VotedId = -1)
+NO_EPOCH = -1  # "unknown epoch"; also the HighWatermark value of a leader that has none yet
+
+
+class OffsetAndEpoch(NamedTuple):
+    """An end offset (exclusive) with the epoch of the record just before it.
+
+    Used for snapshot ids (Kafka's SnapshotId{EndOffset, Epoch}), DivergingEpoch
+    {Epoch, EndOffset} and the answers of ReplicatedLog.end_offset_for_epoch.
+    """
+
+    offset: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogBatch:
+    """One batch of the replicated log: what a Kafka record batch v2 carries for raft.
+
+    ``records`` are opaque payloads (a record's value); ``control`` marks a control batch
+    (LeaderChange, see raft/control.py). The driver maps one LogBatch to one record batch
+    (baseOffset, partitionLeaderEpoch, attributes bit 5) and back.
+    """
+
+    base_offset: int
+    epoch: int
+    records: tuple[bytes, ...]
+    control: bool = False
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + len(self.records) - 1
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + len(self.records)
+
+    def size_bytes(self) -> int:
+        """Bytes this batch counts against a fetch's max_bytes (payloads plus a fixed header)."""
+        return BATCH_OVERHEAD_BYTES + sum(len(r) for r in self.records)
+
+
+# What a batch costs against max_bytes beyond its payloads: the v2 header (61 bytes) plus a
+# few bytes of per-record framing, rounded. Only used to bound fetch and snapshot sizes.
+BATCH_OVERHEAD_BYTES = 64
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionState:
+    """What the quorum-state store keeps (Kafka's quorum-state file: leaderEpoch, leaderId,
+    votedId, currentVoters).
+
+    Invariants: within one epoch ``voted_id`` may go from NO_ID to a node but never change
+    after, and ``leader_id`` may go from NO_ID to a node but never change after; the epoch
+    never decreases. raft/state.py checks them on every transition.
+    """
+
+    epoch: int
+    leader_id: int = NO_ID
+    voted_id: int = NO_ID
+    voters: frozenset[int] = frozenset()
+
+
+class Errors(IntEnum):
+    """Kafka error codes the raft protocol uses (numbers from Kafka's Errors table)."""
+
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    NOT_LEADER_OR_FOLLOWER = 6
+    BROKER_NOT_AVAILABLE = 8
+    INVALID_REQUEST = 42
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
+    INCONSISTENT_VOTER_SET = 94
+    SNAPSHOT_NOT_FOUND = 98
+    POSITION_OUT_OF_RANGE = 99
+    INCONSISTENT_CLUSTER_ID = 104
+
+
+class RaftError(KraftlogError):
+    """Base of raft's operating errors."""
+
+
+class NotLeaderError(RaftError):
+    """An operation that only the leader may do (append, create a leader snapshot, describe the
+    quorum) was asked of a node that is not the leader right now."""
+
+    def __init__(self, node_id: int, epoch: int, leader_id: int):
+        super().__init__(f"node {node_id} is not the leader of epoch {epoch} (leader: {leader_id})")
+        self.node_id, self.epoch, self.leader_id = node_id, epoch, leader_id
+
+
+class InvalidSnapshotError(RaftError):
+    """A snapshot was asked for at an offset that is not committed or not in the log."""
+
+
+class IllegalTransitionError(AssertionError):
+    """A state transition the table in raft/state.py does not allow: a bug, never an
+    operating condition, so it is an AssertionError and fails loudly."""
+
+
+class SafetyViolationError(AssertionError):
+    """The protocol was asked to do something that would break Raft safety (truncate below
+    the high watermark, two leaders in one epoch, change a vote): a bug, fails loudly."""

@@ -1,0 +1,1 @@
+"""In-memory storage, network and whole-cluster simulator for the raft core (tests only)."""

@@ -1,0 +1,511 @@
+"""Deterministic whole-cluster simulation of the raft core: one process, one seed, one fake
+clock, an event queue for messages, timers, client appends and faults.
+
+``run_seed(seed)`` builds a cluster from the seed (3 or 5 voters, 0-2 observers, fault mix),
+runs a fault phase, then heals everything, restarts every node and lets the cluster settle, and
+checks that all nodes agree. Invariants are checked after every event:
+
+    * at most one leader per epoch (over the whole run, across restarts);
+    * the persisted epoch never decreases and a vote never changes within an epoch
+      (MemQuorumStore asserts on write);
+    * a node's high watermark never decreases while it lives, in particular a leader's;
+    * a majority of voters has durable log end >= every leader's high watermark;
+    * a log whose start offset is above 0 has a snapshot at exactly that offset;
+    * a node never loads a snapshot after its listener was told it leads (the core raises);
+    * committed data never changes: every batch a listener receives at an offset must equal
+      what any listener ever received there, and every snapshot must hold exactly the digest
+      of the committed prefix it claims;
+    * at the end, every node's listener reached the same offset with the same digest.
+
+Faults: message drop, delay, reordering, duplication; symmetric and asymmetric partitions and
+healing; hard kill + restart (optionally with a torn log tail); graceful shutdown (a leader
+resigns first); kill all and restart a majority; wiping an observer's whole state.
+
+Wiping a voter is never simulated: a voter that forgets its vote may vote twice in an epoch, and
+one that forgets acknowledged records may turn a committed entry into a minority one. KIP-853
+makes that safe by giving the wiped node a new directory id (it rejoins as a new replica);
+without dynamic voters the only safe rule is that a wiped node comes back as an observer, or
+not at all. Observers hold no vote and are never counted, so wiping one is always safe.
+
+A failure raises SimFailure carrying the seed and the event trace; rerun one seed verbosely
+with ``KRAFTLOG_SIM_SEED=N``.
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import random
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+from kraftlog.raft.core import RaftConfig, RaftCore
+from kraftlog.raft.messages import EndQuorumEpochRequest, Envelope, VoteResponse
+from kraftlog.raft.ready import Commit, LoadSnapshot
+from kraftlog.raft.state import Role
+from kraftlog.raft.types import NO_ID, LogBatch, NotLeaderError
+
+from .storage import FakeClock, MemLog, MemQuorumStore, MemSnapshotStore
+
+SIM_CONFIG = RaftConfig(
+    election_timeout_ms=100,
+    election_backoff_max_ms=60,
+    fetch_timeout_ms=200,
+    request_timeout_ms=60,
+    retry_backoff_ms=10,
+    fetch_max_wait_ms=40,
+    fetch_max_bytes=2048,
+    snapshot_chunk_max_bytes=64,  # small, so snapshots move in several chunks
+)
+TRACE_MAX_LINES = 3000
+_SNAP = struct.Struct(">qqI")  # snapshot payload: end offset, record count, digest
+
+
+class SimFailure(AssertionError):
+    def __init__(self, seed: int, reason: str, trace: list[str]):
+        tail = "\n".join(trace[-200:])
+        super().__init__(f"seed {seed}: {reason}\n(rerun with KRAFTLOG_SIM_SEED={seed})\n--- last events ---\n{tail}")
+        self.seed, self.reason, self.trace = seed, reason, trace
+
+
+class StateMachine:
+    """The listener: folds committed records into a CRC-32 digest (a cheap, exact stand-in for
+    real state) and checks each delivery against the cluster-wide committed history."""
+
+    def __init__(self, node: SimNode):
+        self.node = node
+        self.next_offset = 0
+        self.digest = 0
+        self.count = 0
+        self.leader_notified = False
+
+    def handle_load_snapshot(self, snapshot_id, snapshots) -> None:
+        data = snapshots.read_chunk(snapshot_id, 0, 1 << 30)
+        end, count, digest = _SNAP.unpack(data)
+        self.node.cluster.check_snapshot(self.node, snapshot_id, end, count, digest)
+        self.next_offset, self.count, self.digest = end, count, digest
+
+    def handle_commit(self, batch: LogBatch) -> None:
+        if batch.base_offset != self.next_offset:
+            self.node.cluster.fail(f"node {self.node.id} got batch at {batch.base_offset}, expected {self.next_offset}")
+        d = zlib.crc32(struct.pack(">i?", batch.epoch, batch.control), self.digest)
+        for r in batch.records:
+            d = zlib.crc32(r, d)
+        self.digest = d
+        self.count += len(batch.records)
+        self.next_offset = batch.next_offset
+        self.node.cluster.check_commit(self.node, batch, self.digest)
+
+    def handle_leader_change(self, leader_id: int, epoch: int) -> None:
+        self.leader_notified = leader_id == self.node.id
+
+    def snapshot_bytes(self) -> bytes:
+        return _SNAP.pack(self.next_offset, self.count, self.digest)
+
+
+@dataclass
+class SimNode:
+    id: int
+    voter: bool
+    cluster: Simulation
+    log: MemLog = field(default_factory=MemLog)
+    quorum: MemQuorumStore = field(default_factory=MemQuorumStore)
+    snapshots: MemSnapshotStore = field(default_factory=MemSnapshotStore)
+    core: RaftCore | None = None
+    machine: StateMachine | None = None
+    incarnation: int = 0
+    timer_at: int = -1
+    max_hw: int = -1
+    counted: tuple[int, int] = (0, 0)
+
+    @property
+    def alive(self) -> bool:
+        return self.core is not None
+
+
+class Simulation:
+    def __init__(self, seed: int, *, verbose: bool = False):
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.verbose = verbose
+        self.clock = FakeClock(0)
+        self.queue: list = []
+        self.seq = 0
+        self.trace: list[str] = []
+        rng = self.rng
+        n_voters = rng.choice((3, 3, 5))
+        n_observers = rng.choice((0, 1, 1, 2))
+        self.voters = frozenset(range(1, n_voters + 1))
+        self.nodes = {i: SimNode(i, i in self.voters, self) for i in range(1, n_voters + n_observers + 1)}
+        # the fault mix of this seed
+        self.drop_p = rng.choice((0.0, 0.01, 0.05, 0.15))
+        self.dup_p = rng.choice((0.0, 0.02, 0.05))
+        self.reorder_p = rng.choice((0.0, 0.05, 0.2))
+        self.fault_every_ms = rng.choice((150, 300, 600))
+        self.blocked: set[tuple[int, int]] = set()  # (from, to) pairs that lose every message
+        self.leaders: dict[int, int] = {}  # epoch -> leader id, over the whole run
+        self.committed: dict[int, tuple[int, bool, tuple[bytes, ...]]] = {}  # base offset -> batch
+        self.digest_at: dict[int, tuple[int, int]] = {0: (0, 0)}  # next offset -> (count, digest)
+        self.append_counter = 0
+        self.events = 0
+        self.faults_on = True
+        self.coverage: collections.Counter = collections.Counter()  # which paths this seed ran
+        self._log(f"cluster voters={sorted(self.voters)} observers={n_observers} drop={self.drop_p} "
+                  f"dup={self.dup_p} reorder={self.reorder_p} faults every {self.fault_every_ms} ms")
+
+    # -- bookkeeping --------------------------------------------------------------------------
+
+    def _log(self, line: str) -> None:
+        text = f"{self.clock.now_ms:6d} {line}"
+        if self.verbose:
+            print(text)
+        self.trace.append(text)
+        if len(self.trace) > TRACE_MAX_LINES:
+            del self.trace[: TRACE_MAX_LINES // 2]
+
+    def fail(self, reason: str):
+        raise SimFailure(self.seed, reason, self.trace)
+
+    def _push(self, at_ms: int, kind: str, payload) -> None:
+        self.seq += 1
+        heapq.heappush(self.queue, (at_ms, self.seq, kind, payload))
+
+    # -- nodes ------------------------------------------------------------------------------
+
+    def start(self, node: SimNode) -> None:
+        node.incarnation += 1
+        node.machine = StateMachine(node)
+        node.max_hw = -1
+        node.counted = (0, 0)
+        node.core = RaftCore(node_id=node.id, voters=self.voters, cluster_id="sim-cluster", clock=self.clock,
+                             rng=random.Random(self.rng.getrandbits(64)), log=node.log, quorum_store=node.quorum,
+                             snapshots=node.snapshots, config=SIM_CONFIG)
+        node.timer_at = -1
+        self._log(f"start node {node.id} (incarnation {node.incarnation}) as {node.core.role.value} "
+                  f"epoch {node.core.epoch} log [{node.log.start_offset()}, {node.log.end_offset()})")
+        self.run_node(node)
+
+    def kill(self, node: SimNode, *, torn_tail: bool) -> None:
+        if not node.alive:
+            return
+        self._log(f"kill node {node.id}{' (torn tail)' if torn_tail else ''}")
+        if torn_tail:
+            self.coverage["torn_tail"] += 1
+        node.core = None
+        node.machine = None
+        node.log.crash(self.rng, torn_tail)
+        node.snapshots.crash()
+
+    def run_node(self, node: SimNode) -> None:
+        """Poll the core and act on each Ready (persist, send, apply) until it is quiet."""
+        core = node.core
+        before = (core.role, core.epoch, core.leader_id)
+        for _ in range(16):
+            ready = core.poll()
+            if ready.election is not None:
+                node.quorum.write(ready.election)
+            if ready.flush_log:
+                node.log.flush()
+            for env in ready.messages:
+                self.send(env)
+            for item in ready.deliveries:
+                if isinstance(item, Commit):
+                    node.machine.handle_commit(item.batch)
+                elif isinstance(item, LoadSnapshot):
+                    self.coverage["snapshot_loaded"] += 1
+                    if node.machine.leader_notified and core.role is Role.LEADER:
+                        self.fail(f"leader {node.id} loads a snapshot")
+                    node.machine.handle_load_snapshot(item.snapshot_id, node.snapshots)
+                else:
+                    node.machine.handle_leader_change(item.leader_id, item.epoch)
+            if ready.is_empty or core is not node.core:
+                break
+        after = (core.role, core.epoch, core.leader_id)
+        # the core's counters move in step() and poll(); count what moved since last time
+        self.coverage["truncated"] += core.truncations - node.counted[0]
+        self.coverage["snapshot_installed"] += core.snapshots_installed - node.counted[1]
+        node.counted = (core.truncations, core.snapshots_installed)
+        if after != before:
+            if after[0] is Role.LEADER:
+                self.coverage["leader_elected"] += 1
+            self._log(f"node {node.id}: {before[0].value}(e{before[1]}) -> {after[0].value}(e{after[1]}, "
+                      f"leader {after[2]}) log [{node.log.start_offset()}, {node.log.end_offset()}) "
+                      f"hw {core.high_watermark}")
+        if node.core is core:
+            at = max(ready.next_poll_ms, self.clock.now_ms + 1)
+            if node.timer_at < self.clock.now_ms or at < node.timer_at:
+                node.timer_at = at
+                self._push(at, "timer", (node.id, node.incarnation))
+
+    # -- network ------------------------------------------------------------------------------
+
+    def send(self, env: Envelope) -> None:
+        dst = self.nodes[env.destination]
+        if not self.faults_on:
+            self._push(self.clock.now_ms + self.rng.randint(1, 3), "msg", (env, dst.incarnation))
+            return
+        rng = self.rng
+        if (env.source, env.destination) in self.blocked or rng.random() < self.drop_p:
+            return
+        copies = 2 if rng.random() < self.dup_p else 1
+        for _ in range(copies):
+            delay = rng.randint(1, 4)
+            if rng.random() < self.reorder_p:
+                delay += rng.randint(0, 40)
+            self._push(self.clock.now_ms + delay, "msg", (env, dst.incarnation))
+
+    def deliver(self, env: Envelope, incarnation: int) -> None:
+        node = self.nodes[env.destination]
+        if not node.alive or node.incarnation != incarnation or (env.source, env.destination) in self.blocked:
+            return
+        body = env.body
+        if isinstance(body, EndQuorumEpochRequest):
+            self.coverage["end_quorum"] += 1
+        elif isinstance(body, VoteResponse) and body.pre_vote and not body.vote_granted:
+            self.coverage["prevote_rejected"] += 1
+        node.core.step(env)
+        self.run_node(node)
+
+    # -- invariants --------------------------------------------------------------------------------
+
+    def check_commit(self, node: SimNode, batch: LogBatch, digest_after: int) -> None:
+        seen = self.committed.get(batch.base_offset)
+        mine = (batch.epoch, batch.control, batch.records)
+        if seen is None:
+            self.committed[batch.base_offset] = mine
+        elif seen != mine:
+            self.fail(f"node {node.id} committed {mine} at {batch.base_offset}, others committed {seen}")
+        known = self.digest_at.get(batch.next_offset)
+        state = (node.machine.count, digest_after)
+        if known is None:
+            self.digest_at[batch.next_offset] = state
+        elif known != state:
+            self.fail(f"node {node.id} state after offset {batch.next_offset} differs from another node's")
+
+    def check_snapshot(self, node: SimNode, snapshot_id, end: int, count: int, digest: int) -> None:
+        if end != snapshot_id.offset or self.digest_at.get(end) != (count, digest):
+            self.fail(f"node {node.id} loads snapshot {snapshot_id} that is not the committed prefix")
+
+    def check_invariants(self) -> None:
+        majority = len(self.voters) // 2 + 1
+        for node in self.nodes.values():
+            if not node.alive:
+                continue
+            core = node.core
+            if core.role is Role.LEADER:
+                other = self.leaders.setdefault(core.epoch, node.id)
+                if other != node.id:
+                    self.fail(f"two leaders in epoch {core.epoch}: {other} and {node.id}")
+                hw = core.high_watermark
+                durable = sum(1 for v in self.voters if self.nodes[v].log.durable_end >= hw)
+                if durable < majority:
+                    self.fail(f"leader {node.id} high watermark {hw} is durable on only {durable} voters")
+            if core.high_watermark < node.max_hw:
+                self.fail(f"node {node.id} high watermark went back from {node.max_hw} to {core.high_watermark}")
+            node.max_hw = core.high_watermark
+            start = node.log.start_offset()
+            if start > 0 and all(s.offset != start for s in node.snapshots.snapshot_ids()):
+                self.fail(f"node {node.id} log starts at {start} without a snapshot there")
+
+    # -- workload and faults ------------------------------------------------------------------------
+
+    def client_append(self) -> None:
+        leaders = [n for n in self.nodes.values() if n.alive and n.core.role is Role.LEADER]
+        if not leaders:
+            return
+        node = self.rng.choice(leaders)
+        count = self.rng.randint(1, 3)
+        records = []
+        for _ in range(count):
+            self.append_counter += 1
+            records.append(b"s%d-r%d" % (self.seed, self.append_counter))
+        try:
+            last = node.core.append(records)
+        except NotLeaderError:
+            return
+        self._log(f"append {count} on leader {node.id} -> last offset {last}")
+        self.run_node(node)
+
+    def take_snapshot(self) -> None:
+        alive = [n for n in self.nodes.values() if n.alive]
+        if not alive:
+            return
+        node = self.rng.choice(alive)
+        offset = node.machine.next_offset
+        if offset > node.log.start_offset() + 4 and offset <= node.core.high_watermark:
+            sid = node.core.create_snapshot(offset, node.machine.snapshot_bytes())
+            self._log(f"node {node.id} snapshot {tuple(sid)}")
+            self.run_node(node)
+
+    def inject_fault(self) -> None:
+        rng = self.rng
+        ids = sorted(self.nodes)
+        kind = rng.choice(("kill", "kill", "graceful", "partition", "isolate_leader", "asymmetric", "heal",
+                           "kill_all", "wipe_observer", "restart"))
+        if kind == "isolate_leader":
+            # long enough for a new election while the old leader still takes appends: the
+            # classic way to grow a diverging tail that must be truncated later
+            leaders = [n.id for n in self.nodes.values() if n.alive and n.core.role is Role.LEADER]
+            if not leaders:
+                return
+            victim = leaders[0]
+            self._log(f"isolate leader {victim}")
+            self.coverage["isolate_leader"] += 1
+            for other in ids:
+                if other != victim:
+                    self.blocked.update({(victim, other), (other, victim)})
+            self._push(self.clock.now_ms + rng.randint(400, 1000), "heal", None)
+            return
+        if kind == "kill":
+            node = self.nodes[rng.choice(ids)]
+            if node.alive:
+                self.kill(node, torn_tail=rng.random() < 0.5)
+                self._push(self.clock.now_ms + rng.randint(20, 400), "restart", node.id)
+        elif kind == "graceful":
+            leaders = [n for n in self.nodes.values() if n.alive and n.core.role is Role.LEADER]
+            if leaders:
+                node = leaders[0]
+                self._log(f"graceful shutdown of leader {node.id}")
+                self.coverage["graceful"] += 1
+                node.core.resign()
+                self.run_node(node)
+                self._push(self.clock.now_ms + rng.randint(5, 30), "stop", node.id)
+        elif kind == "partition":
+            victim = rng.choice(ids)
+            for other in ids:
+                if other != victim:
+                    self.blocked.update({(victim, other), (other, victim)})
+            self._log(f"partition node {victim} from everyone")
+            self.coverage["partition"] += 1
+            self._push(self.clock.now_ms + rng.randint(100, 800), "heal", None)
+        elif kind == "asymmetric":
+            a, b = rng.sample(ids, 2)
+            self.blocked.add((a, b))
+            self._log(f"drop every message {a} -> {b}")
+            self.coverage["asymmetric"] += 1
+            self._push(self.clock.now_ms + rng.randint(100, 800), "heal", None)
+        elif kind == "heal":
+            self.heal()
+        elif kind == "kill_all":
+            self._log("kill every node; a majority of voters restarts")
+            self.coverage["kill_all"] += 1
+            for node in self.nodes.values():
+                self.kill(node, torn_tail=rng.random() < 0.5)
+            voters = sorted(self.voters)
+            for v in rng.sample(voters, len(voters) // 2 + 1):
+                self._push(self.clock.now_ms + rng.randint(10, 100), "restart", v)
+        elif kind == "wipe_observer":
+            observers = [i for i in ids if i not in self.voters]
+            if observers:
+                node = self.nodes[rng.choice(observers)]
+                self.kill(node, torn_tail=False)
+                self._log(f"wipe observer {node.id}")
+                self.coverage["wipe_observer"] += 1
+                node.log, node.quorum, node.snapshots = MemLog(), MemQuorumStore(), MemSnapshotStore()
+                self._push(self.clock.now_ms + rng.randint(10, 200), "restart", node.id)
+        else:
+            dead = [n for n in self.nodes.values() if not n.alive]
+            if dead:
+                self.start(rng.choice(dead))
+
+    def heal(self) -> None:
+        if self.blocked:
+            self._log("heal every partition")
+        self.blocked.clear()
+
+    # -- the run ---------------------------------------------------------------------------------
+
+    def run(self, fault_ms: int = 1500, settle_ms: int = 1500) -> None:
+        rng = self.rng
+        for node in self.nodes.values():
+            self.start(node)
+        t = 0
+        while t < fault_ms:
+            t += rng.randint(10, 40)
+            self._push(t, "append", None)
+        t = 0
+        while t < fault_ms:
+            t += rng.randint(self.fault_every_ms // 2, self.fault_every_ms * 3 // 2)
+            self._push(t, "fault", None)
+        t = 0
+        while t < fault_ms:
+            t += rng.randint(150, 400)
+            self._push(t, "snapshot", None)
+        self._push(fault_ms, "settle", None)
+        self._push(fault_ms + settle_ms // 2, "final_appends", None)
+        end_ms = fault_ms + settle_ms
+        try:
+            while self.queue and self.queue[0][0] <= end_ms:
+                at, _, kind, payload = heapq.heappop(self.queue)
+                self.clock.now_ms = at
+                self._dispatch(kind, payload)
+                self.events += 1
+                self.check_invariants()
+            self.check_final()
+        except SimFailure:
+            raise
+        except AssertionError as exc:  # the core's safety asserts and the store's
+            self.fail(f"{type(exc).__name__}: {exc}")
+
+    def _dispatch(self, kind: str, payload) -> None:
+        if kind == "msg":
+            self.deliver(*payload)
+        elif kind == "timer":
+            node_id, incarnation = payload
+            node = self.nodes[node_id]
+            if node.alive and node.incarnation == incarnation and node.timer_at == self.clock.now_ms:
+                node.timer_at = -1
+                self.run_node(node)
+        elif kind == "append":
+            if self.faults_on:
+                self.client_append()
+        elif kind == "fault":
+            if self.faults_on:
+                self.inject_fault()
+        elif kind == "snapshot":
+            self.take_snapshot()
+        elif kind == "restart":
+            node = self.nodes[payload]
+            if not node.alive:
+                self.start(node)
+        elif kind == "stop":
+            node = self.nodes[payload]
+            if node.alive:
+                self.kill(node, torn_tail=False)
+                self._push(self.clock.now_ms + self.rng.randint(20, 300), "restart", payload)
+        elif kind == "heal":
+            self.heal()
+        elif kind == "settle":
+            self._log("settle: faults off, heal, restart every node")
+            self.faults_on = False
+            self.heal()
+            for node in self.nodes.values():
+                if not node.alive:
+                    self.start(node)
+        elif kind == "final_appends":
+            self.client_append()
+
+    def check_final(self) -> None:
+        leaders = [n for n in self.nodes.values() if n.core.role is Role.LEADER]
+        if len(leaders) != 1:
+            self.fail(f"after settling there are {len(leaders)} leaders")
+        hw = leaders[0].core.high_watermark
+        for node in self.nodes.values():
+            m = node.machine
+            if node.core.high_watermark != hw or m.next_offset != hw:
+                self.fail(f"node {node.id} settled at hw {node.core.high_watermark} / applied {m.next_offset}, "
+                          f"leader {leaders[0].id} at {hw}")
+            if self.digest_at.get(m.next_offset) != (m.count, m.digest):
+                self.fail(f"node {node.id} state differs from the committed history")
+        self._log(f"done: {self.events} events, leader {leaders[0].id} epoch {leaders[0].core.epoch}, hw {hw}, "
+                  f"{len(self.committed)} committed batches")
+
+
+def run_seed(seed: int, *, verbose: bool = False) -> Simulation:
+    sim = Simulation(seed, verbose=verbose)
+    sim.run()
+    return sim
+
+
+__all__ = ["NO_ID", "SimFailure", "Simulation", "run_seed"]

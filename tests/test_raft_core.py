@@ -1,0 +1,373 @@
+"""Proves single-node behaviours of the raft core as small scripts with expected outcomes:
+vote and pre-vote rules, persistence before sending, fetch validation (DivergingEpoch,
+snapshot redirection, fenced/unknown epochs, cluster id), the high-watermark rule, the
+stale-HW immediate answer, long-poll parking, EndQuorumEpoch, DescribeQuorum and metrics.
+
+Each test drives one RaftCore with in-memory storage (tests/raft_sim/storage.py) by handing it
+envelopes and reading the Ready it returns; peers are played by the test.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from raft_sim.storage import FakeClock, MemLog, MemQuorumStore, MemSnapshotStore
+
+from kraftlog.raft.control import decode_leader_change
+from kraftlog.raft.core import RaftConfig, RaftCore
+from kraftlog.raft.messages import (
+    BeginQuorumEpochRequest,
+    DescribeQuorumRequest,
+    EndQuorumEpochRequest,
+    Envelope,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    VoteRequest,
+    VoteResponse,
+)
+from kraftlog.raft.ready import Commit, LeaderChangeNotice
+from kraftlog.raft.state import Role
+from kraftlog.raft.types import NO_ID, ElectionState, Errors, LogBatch, NotLeaderError, OffsetAndEpoch
+
+CONFIG = RaftConfig(election_timeout_ms=100, election_backoff_max_ms=50, fetch_timeout_ms=200,
+                    request_timeout_ms=50, retry_backoff_ms=10, fetch_max_wait_ms=40)
+CLUSTER = "test-cluster"
+
+
+class Harness:
+    """One core plus its storage; ``ready()`` polls and applies the Ready like a driver."""
+
+    def __init__(self, node_id=1, voters=(1, 2, 3), log: MemLog | None = None, stored: ElectionState | None = None):
+        self.clock = FakeClock(1000)
+        self.log = log or MemLog()
+        self.quorum = MemQuorumStore()
+        if stored is not None:
+            self.quorum.state = stored
+        self.snapshots = MemSnapshotStore()
+        self.core = RaftCore(node_id=node_id, voters=voters, cluster_id=CLUSTER, clock=self.clock,
+                             rng=random.Random(1), log=self.log, quorum_store=self.quorum,
+                             snapshots=self.snapshots, config=CONFIG)
+        self.corr = 0
+
+    def ready(self):
+        r = self.core.poll()
+        if r.election is not None:
+            self.quorum.write(r.election)
+        if r.flush_log:
+            self.log.flush()
+        return r
+
+    def request(self, source, body):
+        self.corr += 1
+        self.core.step(Envelope(source, self.core.node_id, 10_000 + self.corr, body))
+        return self.ready()
+
+    def advance(self, ms):
+        self.clock.now_ms += ms
+        return self.ready()
+
+
+def log_with(*epochs_and_counts) -> MemLog:
+    """A flushed log holding one single-record batch per count, with the given epochs."""
+    log = MemLog()
+    for epoch, count in epochs_and_counts:
+        for _ in range(count):
+            log.append_as_leader([b"r"], epoch)
+    log.flush()
+    return log
+
+
+def only(messages, kind):
+    found = [m for m in messages if isinstance(m.body, kind)]
+    assert len(found) == 1, messages
+    return found[0]
+
+
+def vote(candidate, epoch, last_epoch, last_offset, pre_vote=False, cluster=CLUSTER):
+    return VoteRequest(cluster, NO_ID, epoch, candidate, last_epoch, last_offset, pre_vote)
+
+
+def make_leader(h: Harness):
+    """Drive node 1 of three voters through pre-vote and vote to leadership."""
+    r = h.advance(250)  # election timeout passes: prospective sends pre-votes
+    pre = [m for m in r.messages if isinstance(m.body, VoteRequest)]
+    assert {m.destination for m in pre} == {2, 3} and all(m.body.pre_vote for m in pre)
+    h.core.step(Envelope(2, 1, pre[0].correlation_id if pre[0].destination == 2 else pre[1].correlation_id,
+                         VoteResponse(Errors.NONE, NO_ID, h.core.epoch, True, True)))
+    r = h.ready()
+    assert h.core.role is Role.CANDIDATE
+    real = {m.destination: m for m in r.messages if isinstance(m.body, VoteRequest)}
+    assert not real[2].body.pre_vote and real[2].body.replica_epoch == h.core.epoch
+    h.core.step(Envelope(2, 1, real[2].correlation_id, VoteResponse(Errors.NONE, NO_ID, h.core.epoch, True)))
+    r = h.ready()
+    assert h.core.role is Role.LEADER
+    return r
+
+
+# ---- votes ------------------------------------------------------------------------------------
+
+
+def test_a_voter_grants_one_vote_per_epoch_and_persists_it_first():
+    """The first candidate of epoch 1 gets the vote, the vote is in the same Ready as the
+    response (so it is persisted before sending), and a second candidate is refused."""
+    h = Harness()
+    h.ready()
+    r = h.request(2, vote(2, 1, 0, 0))
+    assert r.election == ElectionState(1, NO_ID, 2, frozenset({1, 2, 3}))
+    assert only(r.messages, VoteResponse).body.vote_granted
+    r = h.request(3, vote(3, 1, 0, 0))
+    assert not only(r.messages, VoteResponse).body.vote_granted
+    assert h.quorum.state.voted_id == 2
+    r = h.request(2, vote(2, 1, 0, 0))  # a duplicate of the granted request is granted again
+    assert only(r.messages, VoteResponse).body.vote_granted
+
+
+def test_a_vote_needs_a_log_at_least_as_up_to_date():
+    """Last epoch is compared first, then the end offset."""
+    h = Harness(log=log_with((1, 3), (2, 2)))
+    h.ready()
+    assert not only(h.request(2, vote(2, 3, 1, 10)).messages, VoteResponse).body.vote_granted
+    assert not only(h.request(2, vote(2, 4, 2, 4)).messages, VoteResponse).body.vote_granted
+    assert only(h.request(2, vote(2, 5, 2, 5)).messages, VoteResponse).body.vote_granted
+
+
+def test_a_stale_epoch_vote_is_refused_with_the_current_epoch():
+    h = Harness(stored=ElectionState(5, NO_ID, NO_ID, frozenset({1, 2, 3})))
+    h.ready()
+    resp = only(h.request(2, vote(2, 4, 9, 100)).messages, VoteResponse).body
+    assert not resp.vote_granted and resp.leader_epoch == 5
+
+
+def test_a_pre_vote_changes_nothing_and_a_fetching_follower_refuses_it():
+    """A pre-vote is granted without persisting anything; once a follower fetched from a live
+    leader it refuses pre-votes, so a partitioned node cannot disrupt the quorum."""
+    h = Harness()
+    h.ready()
+    r = h.request(2, vote(2, 0, 0, 0, pre_vote=True))
+    assert only(r.messages, VoteResponse).body.vote_granted and r.election is None
+    r = h.request(3, BeginQuorumEpochRequest(CLUSTER, 1, 3, 1))
+    assert h.core.role is Role.FOLLOWER and h.core.leader_id == 3
+    fetch_to_leader = only(r.messages, FetchRequest)
+    # not yet heard from the leader: a pre-vote is still granted
+    assert only(h.request(2, vote(2, 1, 0, 0, pre_vote=True)).messages, VoteResponse).body.vote_granted
+    h.core.step(Envelope(3, 1, fetch_to_leader.correlation_id,
+                         FetchResponse(Errors.NONE, Errors.NONE, 3, 1, high_watermark=0)))
+    h.ready()
+    assert not only(h.request(2, vote(2, 1, 0, 0, pre_vote=True)).messages, VoteResponse).body.vote_granted
+    assert h.core.role is Role.FOLLOWER and h.core.epoch == 1
+
+
+def test_election_timeout_leads_through_pre_vote_to_leader_and_leader_change_record():
+    """Prospective -> Candidate (epoch bump) -> Leader; the leader appends a LeaderChange
+    control batch naming itself and the granting voters, and sends BeginQuorumEpoch."""
+    h = Harness()
+    h.ready()
+    r = make_leader(h)
+    assert h.core.epoch == 1
+    batch = h.log.read(0, 1 << 20)[0]
+    assert batch.control and batch.epoch == 1
+    change = decode_leader_change(batch.records[0])
+    assert change.leader_id == 1 and change.voters == (1, 2, 3) and change.granting_voters == (1, 2)
+    assert {m.destination for m in r.messages if isinstance(m.body, BeginQuorumEpochRequest)} == {2, 3}
+    assert r.election.leader_id == 1 and r.flush_log
+    with pytest.raises(NotLeaderError):
+        Harness(node_id=2).core.append([b"x"])
+
+
+def test_a_single_voter_elects_itself_in_one_poll_and_commits():
+    h = Harness(voters=(1,))
+    deliveries = list(h.ready().deliveries)
+    assert h.core.role is Role.LEADER
+    h.core.append([b"a", b"b"])
+    deliveries += h.ready().deliveries
+    deliveries += h.ready().deliveries  # after the flush the leader counts its own log
+    commits = [d.batch for d in deliveries if isinstance(d, Commit)]
+    assert [c.records for c in commits][-1] == (b"a", b"b")
+    assert h.core.high_watermark == 3
+    assert any(isinstance(d, LeaderChangeNotice) and d.leader_id == 1 for d in deliveries)
+
+
+# ---- fetch --------------------------------------------------------------------------------------
+
+
+def leader_with_log() -> Harness:
+    """Node 1 leads epoch 3 over a log [epoch 1 x3, epoch 2 x2] + its LeaderChange at 5."""
+    h = Harness(log=log_with((1, 3), (2, 2)), stored=ElectionState(2, NO_ID, NO_ID, frozenset({1, 2, 3})))
+    h.ready()
+    make_leader(h)
+    h.ready()
+    assert h.core.epoch == 3 and h.log.end_offset() == 6
+    return h
+
+
+def fetch(offset, last_epoch, epoch=3, replica=2, max_wait_ms=40, cluster=CLUSTER):
+    return FetchRequest(cluster, replica, max_wait_ms, 1 << 20, epoch, offset, last_epoch, 0)
+
+
+def test_fetch_with_a_diverged_epoch_gets_the_diverging_epoch():
+    """A follower claiming 4 records of epoch 1 is told epoch 1 ends at offset 3."""
+    h = leader_with_log()
+    resp = only(h.request(2, fetch(4, 1)).messages, FetchResponse).body
+    assert resp.diverging_epoch == OffsetAndEpoch(3, 1) and not resp.batches
+
+
+def test_follower_truncates_on_diverging_epoch_and_fetches_again():
+    log = log_with((1, 3), (2, 4))  # offsets 3..6 are epoch 2 on this follower only
+    h = Harness(node_id=2, log=log, stored=ElectionState(3, 1, NO_ID, frozenset({1, 2, 3})))
+    r = h.ready()
+    req = only(r.messages, FetchRequest)
+    assert (req.body.fetch_offset, req.body.last_fetched_epoch) == (7, 2)
+    h.core.step(Envelope(1, 2, req.correlation_id, FetchResponse(Errors.NONE, Errors.NONE, 1, 3,
+                                                                 diverging_epoch=OffsetAndEpoch(5, 2))))
+    r = h.ready()
+    assert h.log.end_offset() == 5 and r.flush_log
+    nxt = only(r.messages, FetchRequest).body
+    assert (nxt.fetch_offset, nxt.last_fetched_epoch) == (5, 2)
+
+
+def test_the_high_watermark_waits_for_a_majority_and_the_leaders_own_epoch():
+    """Replicas fetching at offset 5 (end of the old epochs) do not move the HW: only an offset
+    past the LeaderChange record at 5 does."""
+    h = leader_with_log()
+    h.request(2, fetch(5, 2))
+    assert h.core.high_watermark == -1
+    r = h.request(2, fetch(6, 3))
+    assert h.core.high_watermark == 6
+    commits = [d.batch.base_offset for d in r.deliveries if isinstance(d, Commit)]
+    assert commits == [0, 1, 2, 3, 4, 5]
+    assert any(isinstance(d, LeaderChangeNotice) and d.leader_id == 1 for d in r.deliveries)
+
+
+def test_observers_never_count_for_the_high_watermark():
+    h = leader_with_log()
+    h.request(7, fetch(6, 3, replica=7))
+    assert h.core.high_watermark == -1
+    d = h.core.describe_quorum()
+    assert [o.replica_id for o in d.observers] == [7] and d.observers[0].log_end_offset == 6
+
+
+def test_a_caught_up_fetch_is_parked_until_max_wait_unless_the_hw_is_stale():
+    h = leader_with_log()
+    r = h.request(2, fetch(6, 3))  # advances the HW to 6; this answer carries it
+    assert only(r.messages, FetchResponse).body.high_watermark == 6
+    r = h.request(3, fetch(6, 3, replica=3))  # replica 3 never saw HW 6: answered at once
+    assert only(r.messages, FetchResponse).body.high_watermark == 6
+    r = h.request(3, fetch(6, 3, replica=3))  # now nothing new: parked
+    assert not [m for m in r.messages if isinstance(m.body, FetchResponse)]
+    r = h.advance(41)
+    assert only(r.messages, FetchResponse).body.batches == ()
+    h.request(3, fetch(6, 3, replica=3))
+    h.core.append([b"new"])
+    r = h.ready()  # new data completes the parked fetch
+    assert only(r.messages, FetchResponse).body.batches[0].records == (b"new",)
+
+
+def test_fetch_epoch_and_cluster_checks():
+    h = leader_with_log()
+    assert only(h.request(2, fetch(5, 2, epoch=2)).messages, FetchResponse).body.partition_error \
+        is Errors.FENCED_LEADER_EPOCH
+    assert only(h.request(2, fetch(6, 3, epoch=2)).messages, FetchResponse).body.partition_error \
+        is Errors.INVALID_REQUEST  # a last fetched epoch above the leader epoch it names
+    assert only(h.request(2, fetch(6, 3, epoch=4)).messages, FetchResponse).body.partition_error \
+        is Errors.UNKNOWN_LEADER_EPOCH
+    assert only(h.request(2, fetch(6, 3, cluster="other")).messages, FetchResponse).body.error_code \
+        is Errors.INCONSISTENT_CLUSTER_ID
+    assert only(h.request(2, vote(2, 9, 9, 9, cluster="other")).messages, VoteResponse).body.error_code \
+        is Errors.INCONSISTENT_CLUSTER_ID
+    follower = Harness(node_id=2, stored=ElectionState(3, 1, NO_ID, frozenset({1, 2, 3})))
+    follower.ready()
+    resp = only(follower.request(5, fetch(0, 0, replica=5)).messages, FetchResponse).body
+    assert resp.partition_error is Errors.NOT_LEADER_OR_FOLLOWER and resp.leader_id == 1
+
+
+def test_a_fetch_below_the_log_start_is_sent_to_the_snapshot_and_chunks_are_served():
+    h = leader_with_log()
+    h.request(2, fetch(6, 3))
+    h.ready()
+    sid = h.core.create_snapshot(6, b"0123456789" * 5)
+    assert sid == OffsetAndEpoch(6, 3) and h.log.start_offset() == 6
+    resp = only(h.request(3, fetch(2, 1, replica=3)).messages, FetchResponse).body
+    assert resp.snapshot_id == sid
+    from kraftlog.raft.messages import FetchSnapshotResponse
+
+    chunk = only(h.request(3, FetchSnapshotRequest(CLUSTER, 3, 20, 3, sid, 40)).messages, FetchSnapshotResponse).body
+    assert (chunk.size, chunk.position, chunk.data) == (50, 40, b"0123456789")
+    missing = only(h.request(3, FetchSnapshotRequest(CLUSTER, 3, 20, 3, OffsetAndEpoch(1, 1), 0)).messages,
+                   FetchSnapshotResponse).body
+    assert missing.partition_error is Errors.SNAPSHOT_NOT_FOUND
+
+
+# ---- resignation, describe, metrics ------------------------------------------------------------
+
+
+def test_graceful_resignation_sends_end_quorum_epoch_with_the_best_successor_first():
+    h = leader_with_log()
+    h.request(3, fetch(6, 3, replica=3))
+    h.request(2, fetch(5, 2))
+    h.core.resign()
+    r = h.ready()
+    ends = [m.body for m in r.messages if isinstance(m.body, EndQuorumEpochRequest)]
+    assert len(ends) == 2 and all(e.preferred_successors == (3, 2) for e in ends)
+    assert h.core.role is Role.RESIGNED
+
+
+def test_end_quorum_epoch_makes_the_first_successor_run_at_once():
+    h = Harness(node_id=2, stored=ElectionState(3, 1, NO_ID, frozenset({1, 2, 3})))
+    h.ready()
+    h.request(1, EndQuorumEpochRequest(CLUSTER, 1, 3, (2, 3)))
+    r = h.advance(1)
+    assert h.core.role is Role.PROSPECTIVE
+    assert all(m.body.pre_vote for m in r.messages if isinstance(m.body, VoteRequest))
+
+
+def test_a_leader_without_fetches_from_a_majority_resigns():
+    h = leader_with_log()
+    h.advance(CONFIG.check_quorum_timeout_ms + 1)
+    assert h.core.role is Role.RESIGNED
+
+
+def test_describe_quorum_reports_leader_hw_and_replicas():
+    h = leader_with_log()
+    h.request(2, fetch(6, 3))
+    r = h.request(NO_ID, DescribeQuorumRequest())
+    d = r.messages[0].body
+    assert (d.leader_id, d.leader_epoch, d.high_watermark) == (1, 3, 6)
+    assert {(v.replica_id, v.log_end_offset) for v in d.voters} == {(1, 6), (2, 6), (3, -1)}
+    assert Harness(node_id=2).core.describe_quorum().partition_error is Errors.NOT_LEADER_OR_FOLLOWER
+
+
+def test_metrics_come_from_the_injected_clock():
+    h = Harness(voters=(1,))
+    h.ready()
+    h.ready()  # the LeaderChange record commits within the same instant
+    h.clock.now_ms += 10
+    h.core.append([b"a"])
+    h.ready()
+    h.clock.now_ms += 5
+    h.ready()
+    m = h.core.metrics_snapshot()
+    assert m["current-state"] == "leader" and m["current-leader"] == 1 and m["current-epoch"] == 1
+    assert m["high-watermark"] == 2 and m["log-end-offset"] == 2
+    assert m["commit-latency-max"] == 5.0
+    assert m["append-records-rate"] > 0 and 0.0 < m["poll-idle-ratio-avg"] <= 1.0
+
+
+def test_restart_after_leading_starts_resigned_and_never_votes_in_that_epoch():
+    h = Harness(stored=ElectionState(4, 1, 1, frozenset({1, 2, 3})))
+    h.ready()
+    assert h.core.role is Role.RESIGNED
+    assert not only(h.request(2, vote(2, 4, 9, 99)).messages, VoteResponse).body.vote_granted
+
+
+def test_follower_appends_fetched_batches_and_learns_the_high_watermark():
+    h = Harness(node_id=2, stored=ElectionState(1, 1, NO_ID, frozenset({1, 2, 3})))
+    req = only(h.ready().messages, FetchRequest)
+    batches = (LogBatch(0, 1, (b"a", b"b")), LogBatch(2, 1, (b"c",)))
+    h.core.step(Envelope(1, 2, req.correlation_id, FetchResponse(Errors.NONE, Errors.NONE, 1, 1,
+                                                                 high_watermark=2, batches=batches)))
+    r = h.ready()
+    assert r.flush_log and h.log.end_offset() == 3 and h.core.high_watermark == 2
+    assert [d.batch.records for d in r.deliveries if isinstance(d, Commit)] == [(b"a", b"b")]
+    assert only(r.messages, FetchRequest).body.fetch_offset == 3
