@@ -14,13 +14,17 @@ the default and lose nothing.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from kraftlog.engine.image import versions
 from kraftlog.engine.image.image import METADATA_VERSION, MetadataImage, thaw
 from kraftlog.engine.image.topics import MIGRATING_DIRECTORY, TOPIC_EPOCH_TAG, TopicsImage
 from kraftlog.engine.records import metadata as codec
+from kraftlog.engine.records import wire
 
 API_KEYS = {name: schema.api_key for name, schema in codec.RECORD_TYPES.items()}
 
@@ -38,36 +42,53 @@ class Loss:
 @dataclass
 class ImageWrite:
     metadata_version: int
-    records: list[tuple[int, int, bytes]] = field(default_factory=list)  # (api key, version, framed value)
+    api_keys: list[int] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    values: list[bytes] = field(default_factory=list)  # framed record values, in write order
     losses: list[Loss] = field(default_factory=list)
 
     @property
-    def values(self) -> list[bytes]:
-        return [value for _, _, value in self.records]
+    def records(self) -> list[tuple[int, int, bytes]]:
+        """(api key, version, framed value) per record."""
+        return list(zip(self.api_keys, self.versions, self.values, strict=True))
+
+    def extend(self, api_key: int, version: int, values: list[bytes]) -> None:
+        self.api_keys.extend([api_key] * len(values))
+        self.versions.extend([version] * len(values))
+        self.values.extend(values)
+
+    def add(self, api_key: int, version: int, value: bytes) -> None:
+        self.api_keys.append(api_key)
+        self.versions.append(version)
+        self.values.append(value)
 
 
 def write_image(image: MetadataImage, metadata_version: int | None = None, *,
-                with_topic_epochs: bool = True) -> ImageWrite:
-    """Every record of ``image`` at ``metadata_version`` (default: the image's own)."""
+                with_topic_epochs: bool = True, fast: bool = True) -> ImageWrite:
+    """Every record of ``image`` at ``metadata_version`` (default: the image's own). ``fast=False``
+    encodes every record with the generic codec (the reference the fast path is tested against)."""
     level = image.features.metadata_version if metadata_version is None else metadata_version
     if level < versions.MINIMUM_BOOTSTRAP:
         raise versions.UnknownMetadataVersionError(
             f"cannot write an image at metadata.version {level}: below {versions.name(versions.MINIMUM_BOOTSTRAP)}")
     out = ImageWrite(level)
-    for name, version, entity, data in _records(image, level, with_topic_epochs):
+    for name, version, entity, data in _records(image, level, with_topic_epochs, fast, out):
         lost = codec.fields_lost(name, data, version)
         if lost:
             out.losses.append(Loss(name, entity, tuple(lost)))
-        out.records.append((API_KEYS[name], version, codec.encode_record(name, version, data, allow_loss=True)))
+        out.add(API_KEYS[name], version, codec.encode_record(name, version, data, allow_loss=True))
     return out
 
 
-def _records(image: MetadataImage, level: int, with_topic_epochs: bool) -> Iterator[tuple[str, int, str, dict]]:
+def _records(image: MetadataImage, level: int, with_topic_epochs: bool, fast: bool,
+             out: ImageWrite) -> Iterator[tuple[str, int, str, dict]]:
+    """Records to encode with the generic codec, in order; the topics section is written straight
+    into ``out`` (it needs no generic encoding for the common shapes)."""
     yield "FeatureLevelRecord", 0, METADATA_VERSION, {"Name": METADATA_VERSION, "FeatureLevel": level}
     for name, feature_level in sorted(image.features.finalized.items()):
         yield "FeatureLevelRecord", 0, name, {"Name": name, "FeatureLevel": feature_level}
     yield from _cluster(image, level)
-    yield from _topics(image.topics, level, with_topic_epochs)
+    yield from _topics(image.topics, level, with_topic_epochs, fast, out)
     for (resource_type, resource_name), configs in sorted(image.configs.items()):
         for key, value in sorted(configs.items()):
             yield "ConfigRecord", 0, f"{resource_type}:{resource_name}", {
@@ -112,16 +133,111 @@ def _cluster(image: MetadataImage, level: int):
             yield "RegisterControllerRecord", 0, f"controller {controller_id}", data
 
 
-def _topics(topics: TopicsImage, level: int, with_topic_epochs: bool):
+def _topics(topics: TopicsImage, level: int, with_topic_epochs: bool, fast: bool, out: ImageWrite):
+    """TopicRecord then its PartitionRecords, per live topic in row order. TopicRecords and plain
+    partitions (no extras) are encoded here directly; the rest are yielded for the generic codec
+    (and its loss check), which appends them to ``out`` in place, so the order is kept."""
     version = versions.partition_record_version(level)
-    for name in topics.topic_names():
-        topic = topics.topic(name)
-        data = {"Name": name, "TopicId": topic.topic_id}
-        if with_topic_epochs and topic.topic_epoch >= 0:
-            data[codec.UNKNOWN_TAGS] = {TOPIC_EPOCH_TAG: topic.topic_epoch.to_bytes(8, "big", signed=True)}
-        yield "TopicRecord", 0, f"topic {name}", data
-        for reg in topics.partitions_of(name):
-            yield "PartitionRecord", version, f"partition {name}-{reg.partition_id}", _partition_data(reg, version)
+    plain = _encode_plain_partitions(topics, version) if fast else {}
+    table = topics.topics
+    live = np.flatnonzero(table.column("live"))
+    ids = np.stack([table.gather(live, "id_hi"), table.gather(live, "id_lo")], axis=1).astype(">i8").tobytes()
+    firsts = table.gather(live, "first_row").tolist()
+    counts = table.gather(live, "partition_count").tolist()
+    epochs = table.gather(live, "topic_epoch").tolist()
+    partition_api = API_KEYS["PartitionRecord"]
+    for k, row in enumerate(live.tolist()):
+        name = topics.topic_name(row)
+        topic_id = ids[16 * k:16 * k + 16]
+        if fast:
+            out.add(API_KEYS["TopicRecord"], 0, _topic_value(name, topic_id, epochs[k] if with_topic_epochs else -1))
+        else:
+            data = {"Name": name, "TopicId": uuid.UUID(bytes=topic_id)}
+            if with_topic_epochs and epochs[k] >= 0:
+                data[codec.UNKNOWN_TAGS] = {TOPIC_EPOCH_TAG: epochs[k].to_bytes(8, "big", signed=True)}
+            yield "TopicRecord", 0, f"topic {name}", data
+        first = firsts[k]
+        values = [plain.get(prow) for prow in range(first, first + counts[k])]
+        if None not in values:  # the common case: every partition pre-encoded
+            out.extend(partition_api, version, values)
+            continue
+        for prow in range(first, first + counts[k]):
+            value = plain.get(prow)
+            if value is not None:
+                out.add(partition_api, version, value)
+                continue
+            reg = topics.registration(prow)
+            if reg is not None:
+                yield "PartitionRecord", version, f"partition {name}-{reg.partition_id}", _partition_data(reg, version)
+
+
+def _topic_value(name: str, topic_id: bytes, epoch: int) -> bytes:
+    """A framed TopicRecord v0: frame 01 02 00 | Name (uvarint len+1, UTF-8) | TopicId 16 | tagged
+    fields: none, or exactly our topic epoch (01 | tag 10000 = 90 4e | size 08 | int64)."""
+    encoded = name.encode()
+    length = wire.encode_uvarint(len(encoded) + 1)
+    tags = b"\x00" if epoch < 0 else b"\x01\x90\x4e\x08" + epoch.to_bytes(8, "big", signed=True)
+    return b"\x01\x02\x00" + length + encoded + topic_id + tags
+
+
+def _encode_plain_partitions(topics: TopicsImage, version: int) -> dict[int, bytes]:
+    """Partition row -> framed PartitionRecord value, for every live partition whose record is
+    fully described by its fixed columns (no removing/adding replicas, directories, ELR, and the
+    default leader recovery state): one numpy template per (replica count, ISR count).
+
+    Layout (flexible version): frame uvarints 1, 3, version | PartitionId i32 | TopicId 16 |
+    Replicas uvarint(n+1), n x i32 | Isr (same) | RemovingReplicas 0x01 | AddingReplicas 0x01 |
+    Leader i32 | LeaderEpoch i32 | PartitionEpoch i32 | [v1+: Directories uvarint(n+1), n x 16 zero
+    bytes (MIGRATING)] | tagged fields 0x00 (LeaderRecoveryState 0 and empty ELR are not written).
+    """
+    t = topics.partitions
+    rows = topics.live_partition_rows()
+    if not len(rows):
+        return {}
+    sparse = ("removing_replicas", "adding_replicas", "eligible_leader_replicas", "last_known_elr", "directories")
+    plain = t.gather(rows, "leader_recovery_state") == 0
+    for name in sparse:
+        plain &= (t.gather(rows, name) < 0).all(axis=1)
+    rows = rows[plain]
+    replicas, isr = t.gather(rows, "replicas"), t.gather(rows, "isr")
+    rcount, icount = (replicas >= 0).sum(axis=1), (isr >= 0).sum(axis=1)
+    topic_rows = t.gather(rows, "topic_row")
+    id_hi, id_lo = topics.topics.gather(topic_rows, "id_hi"), topics.topics.gather(topic_rows, "id_lo")
+    ids = np.stack([id_hi, id_lo], axis=1).astype(">i8").view(np.uint8).reshape(-1, 16)
+    columns = {name: t.gather(rows, name) for name in ("partition_id", "leader", "leader_epoch", "partition_epoch")}
+    out: dict[int, bytes] = {}
+    for r, i in sorted(set(zip(rcount.tolist(), icount.tolist(), strict=True))):
+        if not r or not i or r + 1 >= 0x80 or i + 1 >= 0x80:
+            continue  # empty lists or multi-byte lengths: the generic codec handles these rare shapes
+        sel = np.flatnonzero((rcount == r) & (icount == i))
+        out.update(_template(version, r, i, sel, rows, ids, replicas, isr, columns))
+    return out
+
+
+def _template(version, r, i, sel, rows, ids, replicas, isr, columns) -> dict[int, bytes]:
+    fields = [("frame", "u1", 3), ("pid", ">i4"), ("tid", "u1", 16), ("rlen", "u1"), ("replicas", ">i4", (r,)),
+              ("ilen", "u1"), ("isr", ">i4", (i,)), ("removing", "u1"), ("adding", "u1"), ("leader", ">i4"),
+              ("leader_epoch", ">i4"), ("partition_epoch", ">i4")]
+    if version >= 1:
+        fields += [("dlen", "u1"), ("dirs", "u1", (16 * r,))]
+    fields.append(("tags", "u1"))
+    layout = np.dtype(fields)
+    rec = np.zeros(len(sel), dtype=layout)
+    rec["frame"] = (1, 3, version)
+    rec["pid"] = columns["partition_id"][sel]
+    rec["tid"] = ids[sel]
+    rec["rlen"], rec["ilen"], rec["removing"], rec["adding"] = r + 1, i + 1, 1, 1
+    rec["replicas"] = replicas[sel, :r]
+    rec["isr"] = isr[sel, :i]
+    rec["leader"] = columns["leader"][sel]
+    rec["leader_epoch"] = columns["leader_epoch"][sel]
+    rec["partition_epoch"] = columns["partition_epoch"][sel]
+    if version >= 1:
+        rec["dlen"] = r + 1
+    raw = rec.tobytes()
+    size = layout.itemsize
+    return dict(zip(rows[sel].tolist(), (raw[k * size:(k + 1) * size] for k in range(len(sel))), strict=True))
+
 
 
 def _partition_data(reg, version: int) -> dict:
