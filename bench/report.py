@@ -151,7 +151,8 @@ def markdown(report: dict) -> str:
         "| --- | ---: | ---: | --- | --- | ---: | ---: | --- | --- |",
     ]
     for r in report["rows"]:
-        name = r["name"] + (f" (scale {r['scale']:,})" if r.get("scale") else "")
+        scale = r.get("scale")
+        name = r["name"] + (f" (scale {scale:,})" if isinstance(scale, int) else f" (scale {scale})" if scale else "")
         met = "ERROR: " + r["error"] if r.get("error") else _fmt(r["met"])
         ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"
         lines.append(f"| {name} | {_fmt(r['value'])} | {_fmt(r['spread'])} | {r['unit'] or '-'} | "

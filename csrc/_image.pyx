@@ -168,3 +168,67 @@ def first_candidates(const uint32_t[::1] slot_hash, const int32_t[::1] slot_row,
                 probes += 1
             o[i] = found
     return out
+
+
+# -- row reader ------------------------------------------------------------------------------------
+# A published chunk never changes and keeps its arrays alive, so the base address of each column
+# can be taken once (row_spec) and a whole row read later in one call (read_row) without touching
+# numpy per field. A spec is (scalars, lists, keepalive):
+#     scalars: ((address, row stride, item size), ...)   item size 1, 2, 4 or 8, signed
+#     lists:   ((address, row stride, width), ...)        int32 rows padded with -1; width 0 when the
+#                                                          column is a shared default (always empty)
+from libc.stdint cimport int8_t, int16_t, intptr_t
+
+
+def row_spec(scalars, lists):
+    """The spec of a chunk's columns: 1-D ``scalars`` (any signed int type) and 2-D int32 ``lists``."""
+    sspec = []
+    for a in scalars:
+        if a.ndim != 1 or a.dtype.kind != "i":
+            raise ValueError("scalar columns must be 1-D signed integers")
+        sspec.append((a.__array_interface__["data"][0], a.strides[0], a.dtype.itemsize))
+    lspec = []
+    for a in lists:
+        if a.ndim != 2 or a.dtype.itemsize != 4:
+            raise ValueError("list columns must be 2-D int32")
+        if a.strides[0] == 0:
+            lspec.append((0, 0, 0))
+        else:
+            if a.strides[1] != 4:
+                raise ValueError("list rows must be contiguous")
+            lspec.append((a.__array_interface__["data"][0], a.strides[0], a.shape[1]))
+    return (tuple(sspec), tuple(lspec), (tuple(scalars), tuple(lists)))
+
+
+cdef inline object _read_scalar(intptr_t addr, Py_ssize_t stride, int size, Py_ssize_t local):
+    cdef const char *p = <const char *>addr + local * stride
+    if size == 4:
+        return (<const int32_t *>p)[0]
+    if size == 8:
+        return (<const int64_t *>p)[0]
+    if size == 1:
+        return (<const int8_t *>p)[0]
+    return (<const int16_t *>p)[0]
+
+
+def read_row(spec, Py_ssize_t local):
+    """The row ``local`` as a flat tuple: every scalar, then every list as a tuple (-1s dropped)."""
+    cdef tuple sspec = spec[0], lspec = spec[1]
+    cdef Py_ssize_t ns = len(sspec), nl = len(lspec), i, j, width
+    cdef const int32_t *row
+    out = [None] * (ns + nl)
+    for i in range(ns):
+        s = sspec[i]
+        out[i] = _read_scalar(<intptr_t>s[0], s[1], s[2], local)
+    for i in range(nl):
+        s = lspec[i]
+        width = s[2]
+        if width == 0:
+            out[ns + i] = ()
+            continue
+        row = <const int32_t *>(<const char *><intptr_t>s[0] + local * <Py_ssize_t>s[1])
+        j = 0
+        while j < width and row[j] >= 0:
+            j += 1
+        out[ns + i] = tuple([row[k] for k in range(j)])
+    return tuple(out)

@@ -292,3 +292,27 @@ def test_index_hashes_match_the_twin(names):
     assert (hindex.hash_names(blob, offsets) == index_pure.hash_names(blob, offsets)).all()
     for name in names:
         assert hindex.hash_name(name) == index_pure.hash_name(name)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(-(2**31), 2**31 - 1), st.integers(-128, 127), st.integers(-(2**63), 2**63 - 1),
+                          st.lists(st.integers(0, 2**31 - 1), max_size=5)), min_size=1, max_size=30),
+       st.booleans())
+def test_row_reader_matches_its_twin(rows, shared_default):
+    """The native row reader (raw addresses into published chunks) reads what numpy reads."""
+    n = len(rows)
+    a32 = np.array([r[0] for r in rows], dtype=np.int32)
+    a8 = np.array([r[1] for r in rows], dtype=np.int8)
+    a64 = np.array([r[2] for r in rows], dtype=np.int64)
+    width = max(1, max(len(r[3]) for r in rows))
+    lists = np.full((n, width), -1, dtype=np.int32)
+    for i, r in enumerate(rows):
+        lists[i, : len(r[3])] = r[3]
+    default = np.broadcast_to(np.array(-1, dtype=np.int32), (n, 3))
+    scalars, list_columns = [a32, a8, a64[::1]], [lists, default if shared_default else lists]
+    native_spec = hindex.row_spec(scalars, list_columns)
+    pure_spec = index_pure.row_spec(scalars, list_columns)
+    for local in range(n):
+        expected = (rows[local][0], rows[local][1], rows[local][2], tuple(rows[local][3]),
+                    () if shared_default else tuple(rows[local][3]))
+        assert hindex.read_row(native_spec, local) == index_pure.read_row(pure_spec, local) == expected

@@ -18,6 +18,8 @@ hash_names = _impl.hash_names
 hash_ids = _impl.hash_ids
 lookup_ids_raw = _impl.lookup_ids
 first_candidates_raw = _impl.first_candidates
+row_spec = _impl.row_spec
+read_row = _impl.read_row
 
 EMPTY = -1
 MIN_SLOTS = 1024

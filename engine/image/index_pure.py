@@ -98,3 +98,22 @@ def first_candidates(slot_hash, slot_row, hashes) -> np.ndarray:
         if found:
             out[i] = found[0]
     return out
+
+
+def row_spec(scalars, lists) -> tuple:
+    """Same shape as the native spec, holding the arrays themselves."""
+    for a in scalars:
+        if a.ndim != 1 or a.dtype.kind != "i":
+            raise ValueError("scalar columns must be 1-D signed integers")
+    for a in lists:
+        if a.ndim != 2 or a.dtype.itemsize != 4:
+            raise ValueError("list columns must be 2-D int32")
+    return (tuple(scalars), tuple(lists), None)
+
+
+def read_row(spec, local: int) -> tuple:
+    scalars, lists, _ = spec
+    out = [a.item(local) for a in scalars]
+    for a in lists:
+        out.append(() if a.strides[0] == 0 else tuple(v for v in a[local].tolist() if v >= 0))
+    return tuple(out)

@@ -69,13 +69,17 @@ def _freeze_view(array: np.ndarray, rows: int) -> np.ndarray:
 
 
 class Chunk:
-    """One chunk: ``rows`` rows of every column (arrays may be views into a larger decoded array)."""
+    """One chunk: ``rows`` rows of every column (arrays may be views into a larger decoded array).
 
-    __slots__ = ("arrays", "rows")
+    ``spec`` caches a row-reader spec (see kraftlog._image.row_spec) for published chunks only:
+    their arrays never change, so addresses taken once stay valid while the chunk lives."""
+
+    __slots__ = ("arrays", "rows", "spec")
 
     def __init__(self, arrays: dict[str, np.ndarray], rows: int):
         self.arrays = arrays
         self.rows = rows
+        self.spec = None
 
     def copy(self, capacity: int) -> Chunk:
         arrays = {}

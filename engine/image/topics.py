@@ -36,7 +36,7 @@ from typing import NamedTuple
 import numpy as np
 
 from kraftlog.engine.image import index as hindex
-from kraftlog.engine.image.table import CHUNK_MASK, CHUNK_SHIFT, ChunkedTable, Column, TableWriter
+from kraftlog.engine.image.table import CHUNK_MASK, CHUNK_SHIFT, Chunk, ChunkedTable, Column, TableWriter
 from kraftlog.errors import KraftlogError
 
 NO_LEADER = -1
@@ -146,7 +146,7 @@ class TopicsImage:
 
     def topic_row(self, name: str) -> int | None:
         for row in self.name_index.candidates(hindex.hash_name(name.encode())):
-            if self.topic_name(row) == name:
+            if self.names[row >> CHUNK_SHIFT][row & CHUNK_MASK] == name:
                 return row
         return None
 
@@ -174,47 +174,44 @@ class TopicsImage:
 
     def partition(self, topic_name: str, partition_id: int) -> PartitionRegistration | None:
         row = self.topic_row(topic_name)
-        return None if row is None else self._partition_of(row, partition_id)
+        if row is None:
+            return None
+        topic = hindex.read_row(_topic_spec(self.topics.chunks[row >> CHUNK_SHIFT]), row & CHUNK_MASK)
+        if not 0 <= partition_id < topic[4]:
+            return None
+        return self._registration(topic[3] + partition_id, topic, topic_name)
 
     def partition_by_id(self, topic_id: uuid.UUID, partition_id: int) -> PartitionRegistration | None:
         row = self.topic_row_by_id(topic_id)
         return None if row is None else self._partition_of(row, partition_id)
 
     def _partition_of(self, topic_row: int, partition_id: int) -> PartitionRegistration | None:
-        arrays = self.topics.chunks[topic_row >> CHUNK_SHIFT].arrays
-        local = topic_row & CHUNK_MASK
-        if not 0 <= partition_id < arrays["partition_count"].item(local):
+        topic = hindex.read_row(_topic_spec(self.topics.chunks[topic_row >> CHUNK_SHIFT]), topic_row & CHUNK_MASK)
+        if not 0 <= partition_id < topic[4]:
             return None
-        return self.registration(arrays["first_row"].item(local) + partition_id)
+        return self._registration(topic[3] + partition_id, topic, self.topic_name(topic_row))
 
     def registration(self, prow: int) -> PartitionRegistration | None:
         """The partition at partition row ``prow``, or None for a dead row or a hole."""
-        chunk, local = self.partitions.chunk_of(prow)
-        a = chunk.arrays
-        topic_row = a["topic_row"].item(local)
-        partition_id = a["partition_id"].item(local)
+        if not 0 <= prow < self.partitions.rows:
+            raise IndexError(f"partition row {prow} out of range")
+        topic_row = hindex.read_row(_partition_spec(self.partitions.chunks[prow >> CHUNK_SHIFT]), prow & CHUNK_MASK)[0]
+        if topic_row < 0:
+            return None
+        topic = hindex.read_row(_topic_spec(self.topics.chunks[topic_row >> CHUNK_SHIFT]), topic_row & CHUNK_MASK)
+        return self._registration(prow, topic, self.topic_name(topic_row))
+
+    def _registration(self, prow: int, topic: tuple, name: str) -> PartitionRegistration | None:
+        """Build the registration of ``prow`` given its topic's row values (id_hi, id_lo, epoch, ...)."""
+        (topic_row, partition_id, leader, leader_epoch, partition_epoch, lrs, replicas, isr, removing, adding, elr,
+         last_known_elr, directories) = hindex.read_row(_partition_spec(self.partitions.chunks[prow >> CHUNK_SHIFT]),
+                                                        prow & CHUNK_MASK)
         if topic_row < 0 or partition_id < 0:
             return None
-        t = self.topics.chunks[topic_row >> CHUNK_SHIFT].arrays
-        tlocal = topic_row & CHUNK_MASK
-        directories = _list_at(a["directories"], local)
         return PartitionRegistration(
-            (t["id_hi"].item(tlocal), t["id_lo"].item(tlocal)),
-            self.topic_name(topic_row),
-            partition_id,
-            a["leader"].item(local),
-            a["leader_epoch"].item(local),
-            a["partition_epoch"].item(local),
-            a["leader_recovery_state"].item(local),
-            _list_at(a["replicas"], local),
-            _list_at(a["isr"], local),
-            _list_at(a["removing_replicas"], local),
-            _list_at(a["adding_replicas"], local),
-            _list_at(a["eligible_leader_replicas"], local),
-            _list_at(a["last_known_elr"], local),
-            tuple(self.directory_ids[i] for i in directories) if directories else (),
-            t["topic_epoch"].item(tlocal),
-        )
+            (topic[0], topic[1]), name, partition_id, leader, leader_epoch, partition_epoch, lrs,
+            replicas, isr, removing, adding, elr, last_known_elr,
+            tuple(self.directory_ids[i] for i in directories) if directories else (), topic[2])
 
     def topic_names(self) -> Iterator[str]:
         """Names of live topics, in topic-row order."""
@@ -251,6 +248,27 @@ class TopicsImage:
 
 def _as_tuple(values: np.ndarray) -> tuple[int, ...]:
     return tuple(int(v) for v in values if v >= 0)
+
+
+_SCALARS = ("topic_row", "partition_id", "leader", "leader_epoch", "partition_epoch", "leader_recovery_state")
+_LISTS = ("replicas", "isr", "removing_replicas", "adding_replicas", "eligible_leader_replicas", "last_known_elr",
+          "directories")
+
+
+def _partition_spec(chunk: Chunk) -> tuple:
+    """Row-reader spec of a published partitions chunk (made once, kept on the chunk)."""
+    spec = chunk.spec
+    if spec is None:
+        spec = chunk.spec = hindex.row_spec([chunk.arrays[n] for n in _SCALARS], [chunk.arrays[n] for n in _LISTS])
+    return spec
+
+
+def _topic_spec(chunk: Chunk) -> tuple:
+    spec = chunk.spec
+    if spec is None:
+        spec = chunk.spec = hindex.row_spec(
+            [chunk.arrays[n] for n in ("id_hi", "id_lo", "topic_epoch", "first_row", "partition_count")], [])
+    return spec
 
 
 def _list_at(column: np.ndarray, local: int) -> tuple[int, ...]:
