@@ -58,6 +58,9 @@ static void zeros_op(uint32_t *op, size_t len) {
 /* shift[i][b]: apply the `BLOCK zero bytes` operator to the state byte b placed at byte i. */
 static uint32_t shift_block[4][256];
 static uint32_t shift_block2[4][256];
+#define SHORT_BLOCK 256u  /* bytes per stream in the three-way rounds for what BLOCK rounds leave */
+static uint32_t shift_short[4][256];
+static uint32_t shift_short2[4][256];
 
 static void build_shift(uint32_t tab[4][256], size_t len) {
     uint32_t op[32];
@@ -82,6 +85,8 @@ static void init(void) {
     }
     build_shift(shift_block, BLOCK);
     build_shift(shift_block2, 2 * BLOCK);
+    build_shift(shift_short, SHORT_BLOCK);
+    build_shift(shift_short2, 2 * SHORT_BLOCK);
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();
     use_hw = __builtin_cpu_supports("sse4.2");
@@ -124,6 +129,19 @@ static uint32_t hw_raw(uint32_t crc, const unsigned char *p, size_t n) {
         crc = apply_shift(shift_block2, (uint32_t)c0) ^ apply_shift(shift_block, (uint32_t)c1) ^ (uint32_t)c2;
         p += 2 * BLOCK;
         n -= 3 * BLOCK;
+    }
+    while (n >= 3 * SHORT_BLOCK) {
+        uint64_t c0 = crc, c1 = 0, c2 = 0;
+        const unsigned char *end = p + SHORT_BLOCK;
+        while (p < end) {
+            uint64_t w0, w1, w2;
+            memcpy(&w0, p, 8); memcpy(&w1, p + SHORT_BLOCK, 8); memcpy(&w2, p + 2 * SHORT_BLOCK, 8);
+            c0 = _mm_crc32_u64(c0, w0); c1 = _mm_crc32_u64(c1, w1); c2 = _mm_crc32_u64(c2, w2);
+            p += 8;
+        }
+        crc = apply_shift(shift_short2, (uint32_t)c0) ^ apply_shift(shift_short, (uint32_t)c1) ^ (uint32_t)c2;
+        p += 2 * SHORT_BLOCK;
+        n -= 3 * SHORT_BLOCK;
     }
     uint64_t c = crc;
     while (n >= 8) { uint64_t w; memcpy(&w, p, 8); c = _mm_crc32_u64(c, w); p += 8; n -= 8; }

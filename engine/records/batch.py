@@ -1,0 +1,62 @@
+"""Record batch v2 (magic 2): build, validate, decode and scan. The native module kraftlog._batch
+when built, else its pure twin kraftlog.engine.records.batch_pure (same functions, same errors).
+
+Everything outside this module imports these names from here, never kraftlog._batch directly.
+Header layout: engine/records/layout.py; records layout: batch_pure's docstring.
+
+    build_batch / build_batch_from_values / build_control_batch   -> bytes of one batch
+    validate_batch(buf, pos)          header checks + CRC -> BatchHeader
+    iter_records(buf, pos)            Record objects (slow path)
+    decode_columns(buf, pos)          one batch -> BatchColumns (numpy arrays, no per-record objects)
+    decode_columns_many(buf, s, e)    every batch of a region -> one BatchColumns
+    scan_batches(buf, s, e)           where the valid batches of a region end (log recovery)
+
+Corrupt bytes raise kraftlog.errors.CorruptRecordError; bad arguments raise ValueError/TypeError/
+OverflowError.
+"""
+
+from kraftlog._accel import select
+from kraftlog.engine.records.batch_pure import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    CONTROL_KRAFT_VERSION,
+    CONTROL_KRAFT_VOTERS,
+    CONTROL_LEADER_CHANGE,
+    CONTROL_SNAPSHOT_FOOTER,
+    CONTROL_SNAPSHOT_HEADER,
+    MIN_RECORD_SIZE_BYTES,
+    ZSTD_MAX_DECOMPRESSED_BYTES,
+    BatchColumns,
+    Record,
+    ScanResult,
+)
+from kraftlog.engine.records.layout import (
+    CODEC_NONE,
+    CODEC_ZSTD,
+    CONTROL_BIT,
+    TRANSACTIONAL_BIT,
+    BatchHeader,
+)
+
+_impl = select("kraftlog._batch", "kraftlog.engine.records.batch_pure")
+
+IMPLEMENTATION: str = _impl.IMPLEMENTATION
+build_batch = _impl.build_batch
+build_batch_from_values = _impl.build_batch_from_values
+build_control_batch = _impl.build_control_batch
+control_record_key = _impl.control_record_key
+parse_control_record_key = _impl.parse_control_record_key
+validate_batch = _impl.validate_batch
+iter_records = _impl.iter_records
+decode_columns = _impl.decode_columns
+decode_columns_many = _impl.decode_columns_many
+scan_batches = _impl.scan_batches
+
+__all__ = [
+    "CODEC_NONE", "CODEC_ZSTD", "CONTROL_ABORT", "CONTROL_BIT", "CONTROL_COMMIT", "CONTROL_KRAFT_VERSION",
+    "CONTROL_KRAFT_VOTERS", "CONTROL_LEADER_CHANGE", "CONTROL_SNAPSHOT_FOOTER", "CONTROL_SNAPSHOT_HEADER",
+    "IMPLEMENTATION", "MIN_RECORD_SIZE_BYTES", "TRANSACTIONAL_BIT", "ZSTD_MAX_DECOMPRESSED_BYTES",
+    "BatchColumns", "BatchHeader", "Record", "ScanResult", "build_batch", "build_batch_from_values",
+    "build_control_batch", "control_record_key", "decode_columns", "decode_columns_many", "iter_records",
+    "parse_control_record_key", "scan_batches", "validate_batch",
+]
