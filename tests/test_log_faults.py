@@ -1,0 +1,183 @@
+"""Proves the log under injected file-system faults (FaultFileSystem): a failed append (full disk,
+torn write, failed fsync, failed checkpoint rename, failed roll) is invisible and the log stays
+readable and appendable; a failed group-commit fsync takes the log offline until reopened; and,
+hypothesis-driven, after any crash reopening yields a prefix of what was appended that contains
+everything fsynced, with the right leader epochs."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import random
+import tempfile
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from kafka.record.memory_records import MemoryRecords
+
+from kraftlog.engine.log.errors import LogError, LogOfflineError, LogStorageError
+from kraftlog.engine.log.fs import FaultFileSystem
+from kraftlog.engine.log.log import Log, LogConfig
+
+pytestmark = pytest.mark.twin
+
+CFG = LogConfig(segment_bytes=1024, index_interval_bytes=128)
+GROUP = LogConfig(segment_bytes=400, index_interval_bytes=128, flush_interval_messages=None)
+
+
+def values(n: int, tag: str) -> list[bytes]:
+    return [f"{tag}-{i}".encode().ljust(24, b"~") for i in range(n)]
+
+
+def contents(log: Log) -> list[tuple[int, int, bytes]]:
+    """(offset, leader epoch, value) of every record, decoded by kafka-python (CRC checked)."""
+    out = []
+    for b in log.batches():
+        mr = MemoryRecords(bytes(b))
+        while mr.has_next():
+            batch = mr.next_batch()
+            assert batch.validate_crc()
+            out += [(r.offset, batch.leader_epoch, r.value) for r in batch]
+    return out
+
+
+def expect(records: list[tuple[int, bytes]]) -> list[tuple[int, int, bytes]]:
+    return [(i, epoch, v) for i, (epoch, v) in enumerate(records)]
+
+
+def test_full_disk_fails_the_append_cleanly(tmp_path):
+    fs = FaultFileSystem()
+    with Log(tmp_path, CFG, fs=fs) as log:
+        log.append_as_leader(values(3, "a"), 1)
+        fs.space_left_bytes = 50  # the next batch (~170 bytes) only partly fits
+        with pytest.raises(LogStorageError) as err:
+            log.append_as_leader(values(4, "b"), 1)
+        assert err.value.errno == errno.ENOSPC and err.value.path.endswith(".log")
+        assert log.end_offset == 3 and contents(log) == expect([(1, v) for v in values(3, "a")])
+        assert (tmp_path / "00000000000000000000.log").stat().st_size == len(log.read(0).records)
+        fs.space_left_bytes = None
+        log.append_as_leader(values(2, "c"), 1)
+        assert [v for _, _, v in contents(log)] == values(3, "a") + values(2, "c")
+    with Log(tmp_path, CFG) as log:
+        assert log.end_offset == 5
+
+
+def test_torn_write_error_is_rolled_back(tmp_path):
+    fs = FaultFileSystem()
+    with Log(tmp_path, CFG, fs=fs) as log:
+        log.append_as_leader(values(2, "a"), 1)
+        fs.fail("write", errno=errno.EIO, keep_bytes=30, path_contains=".log")
+        with pytest.raises(LogStorageError):
+            log.append_as_leader(values(2, "b"), 1)
+        log.append_as_leader(values(2, "c"), 1)
+        assert [v for _, _, v in contents(log)] == values(2, "a") + values(2, "c")
+
+
+def test_failed_fsync_per_append_hides_the_append(tmp_path):
+    fs = FaultFileSystem()
+    with Log(tmp_path, CFG, fs=fs) as log:
+        log.append_as_leader(values(2, "a"), 1)
+        fs.fail("sync", path_contains=".log")
+        with pytest.raises(LogStorageError, match="rolled back"):
+            log.append_as_leader(values(2, "b"), 2)
+        assert log.end_offset == 2 and log.epoch_entries() == [(1, 0)]
+        log.append_as_leader(values(1, "c"), 2)
+        assert contents(log) == expect([(1, v) for v in values(2, "a")] + [(2, values(1, "c")[0])])
+
+
+def test_failed_group_commit_fsync_takes_the_log_offline(tmp_path):
+    fs = FaultFileSystem()
+    log = Log(tmp_path, GROUP, fs=fs)
+    log.append_as_leader(values(2, "a"), 1)
+    fs.fail("sync", path_contains=".log")
+    with pytest.raises(LogOfflineError):
+        log.flush()
+    assert [v for _, _, v in contents(log)] == values(2, "a")  # reads keep working
+    with pytest.raises(LogOfflineError):
+        log.append_as_leader(values(1, "b"), 1)
+    log.close()  # no clean marker: the next open recovers
+    with Log(tmp_path, GROUP) as again:
+        assert again.recovered_unclean and again.end_offset == 2
+
+
+def test_failed_epoch_checkpoint_fails_the_append(tmp_path):
+    fs = FaultFileSystem()
+    with Log(tmp_path, CFG, fs=fs) as log:
+        log.append_as_leader(values(2, "a"), 1)
+        fs.fail("rename", path_contains="leader-epoch")
+        with pytest.raises(LogStorageError):
+            log.append_as_leader(values(2, "b"), 2)  # a new epoch must be persisted first
+        assert log.end_offset == 2 and log.epoch_entries() == [(1, 0)]
+        log.append_as_leader(values(1, "c"), 2)
+        assert log.epoch_entries() == [(1, 0), (2, 2)]
+
+
+def test_failed_roll_keeps_the_old_segment_active(tmp_path):
+    fs = FaultFileSystem()
+    with Log(tmp_path, CFG, fs=fs) as log:
+        while len(log.segment_base_offsets()) == 1 and log.size_bytes < 900:
+            log.append_as_leader(values(3, "a"), 1)
+        fs.fail("open", path_contains="index")
+        end = log.end_offset
+        with pytest.raises(LogStorageError, match="roll"):
+            for _ in range(10):
+                log.append_as_leader(values(3, "b"), 1)
+        assert log.end_offset >= end and all(not p.name.endswith(".deleted") for p in tmp_path.iterdir())
+        log.append_as_leader(values(3, "c"), 1)
+        assert [v for _, _, v in contents(log)][-3:] == values(3, "c")
+    with Log(tmp_path, CFG) as log:
+        assert [v for _, _, v in contents(log)][-3:] == values(3, "c")
+
+
+APPEND = st.tuples(st.just("append"), st.integers(1, 4), st.sampled_from([0, 0, 0, 1, 2]))  # values, epoch bump
+OPS = st.lists(st.one_of(
+    APPEND, APPEND, APPEND, APPEND,  # appends dominate so that segments roll between crashes
+    st.tuples(st.just("flush")),
+    st.tuples(st.just("crash")),
+    st.tuples(st.just("truncate"), st.integers(0, 6)),
+    st.tuples(st.just("reopen")),
+), min_size=8, max_size=40)
+
+
+@settings(max_examples=60, deadline=None)
+@given(OPS, st.integers(0, 2**32 - 1))
+@example([("append", 4, 0)] * 6 + [("crash",)], 1)  # unflushed data in a segment that rolled
+def test_crash_recovery_keeps_a_prefix_with_everything_flushed(ops, seed):
+    """Any sequence of appends, flushes, truncations, clean reopens and crashes: after each crash
+    the log holds a prefix of the model that includes every flushed record (seed drives the crash)."""
+    rng = random.Random(seed)
+    fs = FaultFileSystem()
+    with tempfile.TemporaryDirectory() as d:
+        log = Log(d, GROUP, fs=fs)
+        model: list[tuple[int, bytes]] = []  # (epoch, value) per offset
+        durable, epoch, n = 0, 1, 0
+        for op in ops:
+            if op[0] == "append":
+                epoch += op[2]
+                vs = values(op[1], f"r{n}")
+                n += 1
+                log.append_as_leader(vs, epoch)
+                model += [(epoch, v) for v in vs]
+            elif op[0] == "flush":
+                log.flush()
+                durable = len(model)
+            elif op[0] == "truncate":
+                log.truncate_to(max(0, len(model) - op[1]))
+                model = model[: log.end_offset]
+                durable = min(durable, len(model))
+            else:
+                if op[0] == "crash":
+                    fs.crash(rng)
+                with contextlib.suppress(LogError):
+                    log.close()
+                log = Log(d, GROUP, fs=fs)
+                got = contents(log)
+                assert durable <= len(got) <= len(model), f"seed={seed}"
+                assert got == expect(model[: len(got)]), f"seed={seed}"
+                model = model[: len(got)]
+                durable = len(model)
+                epoch = max([epoch] + [e for e, _ in model])
+        log.close()
+        with Log(d, GROUP, fs=fs) as final:
+            assert contents(final) == expect(model), f"seed={seed}"
