@@ -1,0 +1,361 @@
+"""The metadata loader: record bytes (a snapshot, then a log tail) -> deltas -> published images.
+
+Data flow:
+    bytes of whole record batches (an mmap'd segment, a snapshot chunk)
+      -> metadata_columns.decode_metadata_region   (native: CRC + decode into column arrays)
+      -> apply_columns(delta, columns)              (runs of records, vectorised where possible)
+      -> delta.apply(provenance) -> image           (shares unchanged chunks with the last image)
+      -> publishers(delta, image, manifest)
+
+Runs: records are applied strictly in log order, but consecutive records of one shape go in one
+vectorised step: a run of TopicRecords + PartitionRecords (what CreateTopics and snapshots write)
+through TopicsDelta.bulk_create; a run of PartitionChangeRecords through bulk_change. A record the
+columns do not carry completely (``extras``: directories, ELR, adding/removing replicas, broker
+endpoints) or of any other type is decoded by the generic codec and replayed on its own.
+
+Transactions (Begin/End/AbortTransactionRecord): records between a Begin and its Abort are
+dropped; a transaction still open at the end of what was read is held back: the loader applies
+nothing from its Begin on and reports that offset so the caller re-reads from there later.
+
+Errors: an undecodable or inapplicable record raises MetadataLoadError naming its offset and
+record type. With ``skip_errors=True`` such a record is skipped and counted in the manifest
+instead (never a silent crash-loop: the count is published).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kraftlog.engine.image import index as hindex
+from kraftlog.engine.image.image import MetadataDelta, MetadataImage, Provenance
+from kraftlog.engine.image.topics import TOPIC_EPOCH_TAG, MetadataReplayError
+from kraftlog.engine.records import metadata as codec
+from kraftlog.engine.records import metadata_columns
+from kraftlog.errors import CorruptRecordError, KraftlogError
+
+API_TOPIC, API_PARTITION, API_PARTITION_CHANGE = 2, 3, 5
+API_BEGIN_TXN, API_END_TXN, API_ABORT_TXN = 23, 24, 25
+BULK_MIN_RECORDS = 8  # below this a run is cheaper record by record
+
+
+class MetadataLoadError(KraftlogError):
+    """A record the loader cannot decode or apply; names the offset and the record type."""
+
+    def __init__(self, message: str, *, offset: int, record_type: str, path: str | None = None):
+        where = f"offset {offset}" + (f" in {path}" if path else "")
+        super().__init__(f"{where}: {record_type}: {message}")
+        self.offset, self.record_type, self.path = offset, record_type, path
+
+
+@dataclass
+class LoadManifest:
+    """What one load step did: handed to publishers with the delta and the new image."""
+
+    source: str  # "snapshot" or "log"
+    first_offset: int = -1
+    last_offset: int = -1
+    records: int = 0
+    batches: int = 0
+    bytes_read: int = 0
+    skipped_records: int = 0
+    skipped: list[tuple[int, str, str]] = field(default_factory=list)  # (offset, type, reason), first 100
+    pending_transaction_offset: int | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+Publisher = Callable[[MetadataDelta, MetadataImage, LoadManifest], None]
+Progress = Callable[[LoadManifest], None]
+
+
+def _api_name(api_key: int) -> str:
+    schema = codec.BY_API_KEY.get(int(api_key))
+    return schema.name if schema is not None else f"apiKey {int(api_key)}"
+
+
+class Loader:
+    """Builds images from snapshots and log regions and hands each to the publishers, in order."""
+
+    def __init__(self, image: MetadataImage | None = None, *, publishers: Sequence[Publisher] = (),
+                 skip_errors: bool = False, progress: Progress | None = None):
+        self.image = image or MetadataImage.empty()
+        self.publishers = list(publishers)
+        self.skip_errors = skip_errors
+        self.progress = progress
+
+    def load_snapshot(self, buf, *, end_offset: int, epoch: int, start: int = 0, end: int | None = None,
+                      path: str | None = None) -> MetadataImage:
+        """Replace the image with the snapshot in ``buf`` (its batches, header/footer control records
+        included); ``end_offset``/``epoch`` are the snapshot id."""
+        manifest = LoadManifest("snapshot")
+        started = time.perf_counter()
+        delta = MetadataImage.empty().delta()
+        columns = _decode(buf, start, end, path)
+        apply_columns(delta, columns, manifest, snapshot_end_offset=end_offset, skip_errors=self.skip_errors,
+                      path=path)
+        return self._publish(delta, Provenance(end_offset - 1, epoch, columns.last_timestamp_ms), manifest,
+                             started)
+
+    def replay(self, buf, *, start: int = 0, end: int | None = None, path: str | None = None) -> MetadataImage:
+        """Apply the log records in ``buf[start:end]`` (whole batches) on top of the current image."""
+        manifest = LoadManifest("log")
+        started = time.perf_counter()
+        delta = self.image.delta()
+        columns = _decode(buf, start, end, path)
+        apply_columns(delta, columns, manifest, snapshot_end_offset=None, skip_errors=self.skip_errors, path=path)
+        provenance = self.image.provenance
+        if columns.last_offset >= 0:
+            last = manifest.last_offset if manifest.pending_transaction_offset is not None else columns.last_offset
+            provenance = Provenance(last, int(columns.last_epoch), int(columns.last_timestamp_ms))
+        return self._publish(delta, provenance, manifest, started)
+
+    def replay_regions(self, regions, *, path: str | None = None) -> MetadataImage:
+        """Apply several regions of whole batches (e.g. consecutive log reads) as one delta, published
+        once. Stops early at a transaction still open at the end of a region (reported in the
+        manifest): the caller re-reads from ``manifest.pending_transaction_offset`` later."""
+        manifest = LoadManifest("log")
+        started = time.perf_counter()
+        delta = self.image.delta()
+        provenance = self.image.provenance
+        for buf in regions:
+            columns = _decode(buf, 0, None, path)
+            manifest.bytes_read += len(buf)
+            apply_columns(delta, columns, manifest, snapshot_end_offset=None, skip_errors=self.skip_errors, path=path)
+            if columns.last_offset >= 0:
+                last = manifest.last_offset if manifest.pending_transaction_offset is not None else columns.last_offset
+                provenance = Provenance(last, int(columns.last_epoch), int(columns.last_timestamp_ms))
+            if self.progress is not None:
+                self.progress(manifest)
+            if manifest.pending_transaction_offset is not None:
+                break
+        return self._publish(delta, provenance, manifest, started)
+
+    def _publish(self, delta: MetadataDelta, provenance: Provenance, manifest: LoadManifest,
+                 started: float) -> MetadataImage:
+        image = delta.apply(provenance)
+        manifest.elapsed_s = time.perf_counter() - started
+        self.image = image
+        if self.progress is not None:
+            self.progress(manifest)
+        for publish in self.publishers:
+            publish(delta, image, manifest)
+        return image
+
+
+def _decode(buf, start: int, end: int | None, path: str | None):
+    try:
+        return metadata_columns.decode_metadata_region(buf, start, end, path=path)
+    except CorruptRecordError:
+        raise
+    except KraftlogError as exc:  # e.g. a decompression limit
+        raise CorruptRecordError(str(exc), path=path) from exc
+
+
+# -- applying decoded columns ---------------------------------------------------------------------
+def apply_columns(delta: MetadataDelta, cols, manifest: LoadManifest, *, snapshot_end_offset: int | None,
+                  skip_errors: bool = False, path: str | None = None) -> None:
+    n = len(cols.offsets)
+    manifest.batches += int(cols.batch_count)
+    if n == 0:
+        return
+    manifest.first_offset = int(cols.offsets[0]) if manifest.first_offset < 0 else manifest.first_offset
+    keep = _transaction_mask(cols, manifest)
+    ctx = _Context(delta, cols, manifest, snapshot_end_offset, skip_errors, path)
+    shape = np.where(cols.api_keys == API_PARTITION, API_TOPIC, cols.api_keys)
+    bounds = np.flatnonzero(np.diff(shape) != 0) + 1
+    starts = np.concatenate([[0], bounds])
+    ends = np.concatenate([bounds, [n]])
+    for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+        indexes = np.arange(start, end)
+        if keep is not None:
+            indexes = indexes[keep[start:end]]
+        if not len(indexes):
+            continue
+        kind = int(shape[start])
+        if kind == API_TOPIC and len(indexes) >= BULK_MIN_RECORDS and ctx.bulk_create(indexes):
+            continue
+        if kind == API_PARTITION_CHANGE and len(indexes) >= BULK_MIN_RECORDS:
+            ctx.bulk_change(indexes)
+            continue
+        for i in indexes.tolist():
+            ctx.one(i)
+    applied = np.flatnonzero(keep) if keep is not None else None
+    last = int(cols.offsets[applied[-1]]) if applied is not None and len(applied) else int(cols.offsets[-1])
+    manifest.last_offset = max(manifest.last_offset, last)
+    manifest.records += n if keep is None else int(keep.sum())
+
+
+def _transaction_mask(cols, manifest: LoadManifest) -> np.ndarray | None:
+    """None when the region holds no transaction marker; else which records to apply."""
+    markers = np.flatnonzero((cols.api_keys >= API_BEGIN_TXN) & (cols.api_keys <= API_ABORT_TXN))
+    if not len(markers):
+        return None
+    keep = np.ones(len(cols.api_keys), dtype=bool)
+    open_at = None
+    for i in markers.tolist():
+        kind = int(cols.api_keys[i])
+        if kind == API_BEGIN_TXN:
+            open_at = i
+        elif open_at is not None:
+            if kind == API_ABORT_TXN:
+                keep[open_at:i + 1] = False
+            open_at = None
+    if open_at is not None:
+        keep[open_at:] = False
+        manifest.pending_transaction_offset = int(cols.offsets[open_at])
+    return keep
+
+
+class _Context:
+    def __init__(self, delta, cols, manifest, snapshot_end_offset, skip_errors, path):
+        self.delta, self.cols, self.manifest = delta, cols, manifest
+        self.snapshot_end_offset, self.skip_errors, self.path = snapshot_end_offset, skip_errors, path
+
+    def topic_epoch(self, i: int, data) -> int | None:
+        """KIP-232 epoch record ``i`` gives its topic: log replay, the record's offset; a snapshot,
+        the epoch its TopicRecord carries (else the snapshot's end offset), and none from a
+        PartitionRecord."""
+        if self.snapshot_end_offset is None:
+            return int(self.cols.offsets[i])
+        if int(self.cols.api_keys[i]) != API_TOPIC:
+            return None
+        raw = data.get(codec.UNKNOWN_TAGS, {}).get(TOPIC_EPOCH_TAG)
+        if raw is not None and len(raw) == 8:
+            return int.from_bytes(raw, "big", signed=True)
+        return self.snapshot_end_offset
+
+    def decode(self, i: int):
+        pos, length = int(self.cols.value_pos[i]), int(self.cols.value_len[i])
+        return codec.decode_record(self.cols.data, pos, pos + length)
+
+    def one(self, i: int) -> None:
+        """Decode record ``i`` with the generic codec and replay it."""
+        offset, api_key = int(self.cols.offsets[i]), int(self.cols.api_keys[i])
+        try:
+            record = self.decode(i)
+            self.delta.replay(record.record_type, record.data, topic_epoch=self.topic_epoch(i, record.data))
+        except (CorruptRecordError, MetadataReplayError) as exc:
+            self.fail(offset, _api_name(api_key), exc)
+
+    def fail(self, offset: int, record_type: str, exc: Exception) -> None:
+        if not self.skip_errors:
+            raise MetadataLoadError(str(exc), offset=offset, record_type=record_type, path=self.path) from exc
+        self.manifest.skipped_records += 1
+        if len(self.manifest.skipped) < 100:
+            self.manifest.skipped.append((offset, record_type, str(exc)))
+
+    # -- TopicRecord + PartitionRecord runs ----------------------------------------------------------
+    def bulk_create(self, indexes: np.ndarray) -> bool:
+        cols = self.cols
+        rows = cols.kind_rows[indexes]
+        is_topic = cols.api_keys[indexes] == API_TOPIC
+        t_rows, p_rows = rows[is_topic], rows[~is_topic]
+        topics, parts = cols.topics, cols.partitions
+        if not len(t_rows):
+            return False
+        names_blob = bytes(topics.name_blob)
+        offsets = topics.name_offsets
+        names = [names_blob[offsets[r]:offsets[r + 1]].decode() for r in t_rows.tolist()]
+        name_hashes = hindex.hash_names(names_blob, np.ascontiguousarray(offsets, dtype=np.int64))[t_rows]
+        topic_idx = indexes[is_topic]
+        if self.snapshot_end_offset is None:
+            epochs, partition_epochs = cols.offsets[topic_idx], cols.offsets[indexes[~is_topic]]
+        else:
+            epochs, partition_epochs = _snapshot_topic_epochs(cols, topic_idx, offsets[t_rows + 1] - offsets[t_rows],
+                                                              self.snapshot_end_offset), None
+            if epochs is None:
+                return False  # TopicRecords with other tagged fields: the generic path keeps them
+        # Every partition goes in whole columns; those with extras (directories, ELR, ...) are then
+        # replayed again by the generic codec, which overwrites their row in full.
+        plain = slice(None) if _is_all_rows(p_rows, len(parts.partition_id)) else p_rows
+        extra_idx = indexes[~is_topic][parts.extras[p_rows]]
+        ids = topics.topic_id.view(np.int64)
+        pids = parts.topic_id.view(np.int64)
+        ok = self.delta.topics.bulk_create(
+            id_hi=ids[t_rows, 0], id_lo=ids[t_rows, 1], names=names, name_hashes=name_hashes,
+            topic_epochs=epochs.astype(np.int64),
+            partitions={
+                "topic_hi": pids[plain, 0], "topic_lo": pids[plain, 1],
+                "partition_id": parts.partition_id[plain], "leader": parts.leader[plain],
+                "leader_epoch": parts.leader_epoch[plain], "partition_epoch": parts.partition_epoch[plain],
+                "leader_recovery_state": parts.leader_recovery_state[plain],
+                "replicas": parts.replicas[plain], "isr": parts.isr[plain],
+            }, partition_epochs=partition_epochs)
+        if not ok:
+            return False
+        if len(extra_idx):
+            for i in extra_idx.tolist():
+                self.one(i)
+        self.delta.changed.add("topics")
+        return True
+
+    # -- PartitionChangeRecord runs ------------------------------------------------------------------
+    def bulk_change(self, indexes: np.ndarray) -> None:
+        cols, ch = self.cols, self.cols.partition_changes
+        rows = cols.kind_rows[indexes]
+        extras = ch.extras[rows]
+        # Split at records the columns cannot carry; each of those goes through the generic path.
+        cuts = np.flatnonzero(extras)
+        start = 0
+        for cut in [*cuts.tolist(), len(rows)]:
+            if cut > start:
+                self._change_run(indexes[start:cut], rows[start:cut])
+            if cut < len(rows):
+                self.one(int(indexes[cut]))
+            start = cut + 1
+
+    def _change_run(self, indexes: np.ndarray, rows: np.ndarray) -> None:
+        ch = self.cols.partition_changes
+        ids = ch.topic_id.view(np.int64)
+        try:
+            self.delta.topics.bulk_change(
+                topic_hi=ids[rows, 0], topic_lo=ids[rows, 1], partition_id=ch.partition_id[rows],
+                leader=ch.leader[rows], leader_recovery_state=ch.leader_recovery_state[rows],
+                isr=ch.isr[rows], isr_count=ch.isr_count[rows], replicas=ch.replicas[rows],
+                replica_count=ch.replica_count[rows], offsets=self.cols.offsets[indexes])
+            self.delta.changed.add("topics")
+        except MetadataReplayError:
+            # Find and report (or skip) the exact record: replay this run one record at a time.
+            for i in indexes.tolist():
+                self.one(i)
+
+
+def _is_all_rows(rows: np.ndarray, total: int) -> bool:
+    """True when ``rows`` is 0..total-1 in order (then whole columns are used without a copy)."""
+    return len(rows) == total and (total == 0 or (rows[0] == 0 and rows[-1] == total - 1
+                                                  and bool((np.diff(rows) == 1).all())))
+
+
+# A TopicRecord v0 value: frame (3 bytes: 1, 2, 0), Name (uvarint len+1, bytes), TopicId (16),
+# tagged fields: count uvarint. Our writer adds exactly one tagged field, TOPIC_EPOCH_TAG, holding
+# an int64: the value then ends with 01 | uvarint(10000) = 90 4e | size 08 | 8 bytes.
+_EPOCH_SUFFIX = bytes([1, 0x90, 0x4E, 8])
+_EPOCH_TAIL_BYTES = len(_EPOCH_SUFFIX) + 8
+
+
+def _snapshot_topic_epochs(cols, topic_idx: np.ndarray, name_lengths: np.ndarray, default: int) -> np.ndarray | None:
+    """Topic epochs of snapshot TopicRecords: the tagged epoch where present, else ``default``.
+    None when some TopicRecord carries tagged fields other than exactly ours."""
+    name_lengths = name_lengths.astype(np.int64)
+    plain_size = 3 + np.where(name_lengths + 1 < 0x80, 1, 2) + name_lengths + 16 + 1
+    sizes = cols.value_len[topic_idx].astype(np.int64)
+    epochs = np.full(len(topic_idx), default, dtype=np.int64)
+    tagged = sizes != plain_size
+    if not tagged.any():
+        return epochs
+    if (sizes[tagged] != plain_size[tagged] - 1 + _EPOCH_TAIL_BYTES).any():
+        return None
+    data = np.frombuffer(cols.data, dtype=np.uint8)
+    ends = cols.value_pos[topic_idx[tagged]].astype(np.int64) + sizes[tagged]
+    tails = data[ends[:, None] - _EPOCH_TAIL_BYTES + np.arange(_EPOCH_TAIL_BYTES)[None, :]]
+    if not (tails[:, :4] == np.frombuffer(_EPOCH_SUFFIX, dtype=np.uint8)).all():
+        return None
+    epochs[tagged] = np.ascontiguousarray(tails[:, 4:]).view(">i8").ravel()
+    return epochs

@@ -1,0 +1,621 @@
+"""Proves decode_metadata_region: the native decoder and its pure twin produce identical columns
+from the same batches (every hot record kind at every version, mixed with other kinds, unknown
+apiKeys/versions and control batches, uncompressed and zstd), the columns agree with the generic
+codec (metadata.decode_record) record by record, corrupt bytes raise only CorruptRecordError (the
+same reason and position from both implementations, the same accept/refuse decision as the
+generic codec), and provenance (offsets, epochs, timestamps, counts) matches the batch headers."""
+
+from __future__ import annotations
+
+import struct
+import uuid
+
+import crc32c as reference_crc
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from kraftlog import _accel
+from kraftlog.engine.records import batch, layout
+from kraftlog.engine.records import metadata_columns as mc
+from kraftlog.engine.records import metadata_columns_pure as pure
+from kraftlog.engine.records.metadata import UNKNOWN_TAGS, decode_record, encode_control, encode_record
+from kraftlog.engine.records.schema import BY_API_KEY
+from kraftlog.engine.records.wire import decode_uvarint, encode_uvarint
+from kraftlog.errors import CorruptRecordError
+
+pytestmark = pytest.mark.twin
+
+NATIVE = mc.implementation_module
+ZERO = uuid.UUID(int=0)
+W_MAX = mc.LIST_MAX_WIDTH
+FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# (record name, version) -> table; everything else lands in "other"
+HOT = {("TopicRecord", 0): "topics", ("RemoveTopicRecord", 0): "remove_topics",
+       ("ConfigRecord", 0): "configs", ("FeatureLevelRecord", 0): "features",
+       ("FenceBrokerRecord", 0): "fence", ("UnfenceBrokerRecord", 0): "fence"}
+HOT.update({("PartitionRecord", v): "partitions" for v in range(3)})
+HOT.update({("PartitionChangeRecord", v): "partition_changes" for v in range(3)})
+HOT.update({("BrokerRegistrationChangeRecord", v): "broker_changes" for v in range(3)})
+HOT.update({("RegisterBrokerRecord", v): "broker_registrations" for v in range(4)})
+
+
+# ---- strategies: (value bytes) of every kind ------------------------------------------------------
+
+i8 = st.integers(-(1 << 7), (1 << 7) - 1)
+i16 = st.integers(-(1 << 15), (1 << 15) - 1)
+i32 = st.integers(-(1 << 31), (1 << 31) - 1)
+i64 = st.integers(-(1 << 63), (1 << 63) - 1)
+uuids = st.one_of(st.just(ZERO), st.uuids())
+text = st.text(max_size=10)
+ids = st.lists(st.integers(-1, 400), max_size=5)
+wide = st.lists(st.integers(0, 400), min_size=W_MAX + 1, max_size=W_MAX + 3)  # longer than the columns hold
+lists = st.integers(0, 9).flatmap(lambda k: wide if k == 0 else ids)
+maybe_lists = st.one_of(st.none(), ids)
+sometimes_empty = st.one_of(st.just([]), st.just([]), ids)
+unknown_tags = st.one_of(st.just({}), st.just({}),
+                         st.dictionaries(st.integers(10, 40), st.binary(max_size=4), min_size=1, max_size=2))
+
+
+def _with_tags(data: dict, tags: dict) -> dict:
+    if tags:
+        data[UNKNOWN_TAGS] = tags
+    return data
+
+
+@st.composite
+def topic(draw):
+    return "TopicRecord", 0, _with_tags({"Name": draw(text), "TopicId": draw(uuids)}, draw(unknown_tags))
+
+
+@st.composite
+def partition(draw):
+    v = draw(st.integers(0, 2))
+    d = {"PartitionId": draw(i32), "TopicId": draw(uuids), "Replicas": draw(lists), "Isr": draw(lists),
+         "RemovingReplicas": draw(sometimes_empty), "AddingReplicas": draw(sometimes_empty),
+         "Leader": draw(i32), "LeaderEpoch": draw(i32), "PartitionEpoch": draw(i32),
+         "LeaderRecoveryState": draw(st.one_of(st.just(0), i8))}
+    if v >= 1:
+        d["Directories"] = draw(st.one_of(st.just([]), st.lists(st.just(ZERO), min_size=1, max_size=3),
+                                          st.lists(uuids, min_size=1, max_size=3)))
+    if v >= 2:
+        d["EligibleLeaderReplicas"] = draw(st.one_of(st.none(), st.none(), ids))
+        d["LastKnownElr"] = draw(st.one_of(st.none(), st.none(), ids))
+    return "PartitionRecord", v, _with_tags(d, draw(unknown_tags))
+
+
+@st.composite
+def partition_change(draw):
+    v = draw(st.integers(0, 2))
+    d = {"PartitionId": draw(i32), "TopicId": draw(uuids), "Isr": draw(st.one_of(st.none(), lists)),
+         "Leader": draw(st.one_of(st.just(-2), st.just(-1), i32)), "Replicas": draw(st.one_of(st.none(), lists)),
+         "RemovingReplicas": draw(st.one_of(st.none(), st.none(), ids)),
+         "AddingReplicas": draw(st.one_of(st.none(), st.none(), ids)),
+         "LeaderRecoveryState": draw(st.one_of(st.just(-1), i8))}
+    if v >= 1:
+        d["Directories"] = draw(st.one_of(st.none(), st.none(), st.lists(uuids, max_size=3)))
+    if v >= 2:
+        d["EligibleLeaderReplicas"] = draw(st.one_of(st.none(), st.none(), ids))
+        d["LastKnownElr"] = draw(st.one_of(st.none(), st.none(), ids))
+    return "PartitionChangeRecord", v, _with_tags(d, draw(unknown_tags))
+
+
+@st.composite
+def config(draw):
+    d = {"ResourceType": draw(i8), "ResourceName": draw(text), "Name": draw(text),
+         "Value": draw(st.one_of(st.none(), text))}
+    return "ConfigRecord", 0, _with_tags(d, draw(unknown_tags))
+
+
+@st.composite
+def feature(draw):
+    return "FeatureLevelRecord", 0, _with_tags({"Name": draw(text), "FeatureLevel": draw(i16)}, draw(unknown_tags))
+
+
+@st.composite
+def fence(draw):
+    name = draw(st.sampled_from(["FenceBrokerRecord", "UnfenceBrokerRecord"]))
+    return name, 0, _with_tags({"Id": draw(i32), "Epoch": draw(i64)}, draw(unknown_tags))
+
+
+@st.composite
+def remove_topic(draw):
+    return "RemoveTopicRecord", 0, _with_tags({"TopicId": draw(uuids)}, draw(unknown_tags))
+
+
+@st.composite
+def broker_change(draw):
+    v = draw(st.integers(0, 2))
+    d = {"BrokerId": draw(i32), "BrokerEpoch": draw(i64), "Fenced": draw(st.one_of(st.sampled_from([-1, 0, 1]), i8))}
+    if v >= 1:
+        d["InControlledShutdown"] = draw(st.one_of(st.sampled_from([0, 1]), i8))
+    if v >= 2:
+        d["LogDirs"] = draw(st.lists(uuids, max_size=2))
+    return "BrokerRegistrationChangeRecord", v, _with_tags(d, draw(unknown_tags))
+
+
+@st.composite
+def register_broker(draw):
+    v = draw(st.integers(0, 3))
+    endpoint = st.fixed_dictionaries({"Name": text, "Host": text, "Port": st.integers(0, 65535),
+                                      "SecurityProtocol": i16})
+    feature_range = st.fixed_dictionaries({"Name": text, "MinSupportedVersion": i16, "MaxSupportedVersion": i16})
+    d = {"BrokerId": draw(i32), "IncarnationId": draw(uuids), "BrokerEpoch": draw(i64),
+         "EndPoints": draw(st.lists(endpoint, max_size=2)), "Features": draw(st.lists(feature_range, max_size=2)),
+         "Rack": draw(st.one_of(st.none(), text)), "Fenced": draw(st.booleans())}
+    if v >= 1:
+        d["InControlledShutdown"] = draw(st.booleans())
+    if v >= 2:
+        d["IsMigratingZkBroker"] = draw(st.booleans())
+    if v >= 3:
+        d["LogDirs"] = draw(st.lists(uuids, max_size=2))
+    return "RegisterBrokerRecord", v, d
+
+
+@st.composite
+def other_known(draw):
+    name = draw(st.sampled_from(["NoOpRecord", "UnregisterBrokerRecord", "ProducerIdsRecord",
+                                 "RegisterControllerRecord", "AccessControlEntryRecord"]))
+    return name, 0, {}
+
+
+@st.composite
+def unknown_frame(draw):
+    """Raw framed values the generic codec does not know: another apiKey, or an unknown version of
+    a hot kind (the decoders must list them in ``other``, not fail)."""
+    api_key, version = draw(st.one_of(
+        st.tuples(st.sampled_from([6, 13, 16, 28, 100, 0x7FFF]), st.integers(0, 3)),
+        st.tuples(st.just(2), st.integers(1, 4)), st.tuples(st.just(3), st.integers(3, 6)),
+        st.tuples(st.just(0), st.integers(4, 0x7FFF))))
+    return b"\x01" + encode_uvarint(api_key) + encode_uvarint(version) + draw(st.binary(max_size=12))
+
+
+def _encode(spec) -> bytes:
+    return spec if isinstance(spec, bytes) else encode_record(*spec)
+
+
+records = st.one_of(topic(), partition(), partition(), partition_change(), config(), feature(), fence(),
+                    remove_topic(), broker_change(), register_broker(), other_known(), unknown_frame())
+
+
+@st.composite
+def regions(draw, max_records=25):
+    """(region bytes, values in log order, batch headers): metadata batches of random sizes, each
+    uncompressed or zstd, with control batches between them."""
+    values = [_encode(spec) for spec in draw(st.lists(records, max_size=max_records))]
+    out, offset, i = bytearray(), draw(st.integers(0, 1 << 40)), 0
+    headers = []
+    while True:
+        remaining = i < len(values)
+        if not remaining and (len(headers) > 12 or not draw(st.booleans())):
+            break
+        if not remaining or draw(st.integers(0, 3)) == 0:
+            key_value = encode_control("LeaderChangeMessage", 0, {"LeaderId": 1, "Voters": [], "GrantingVoters": []})
+            b = batch.build_control_batch(2, key_value[1], base_offset=offset,
+                                          partition_leader_epoch=draw(st.integers(0, 99)),
+                                          timestamp_ms=draw(st.integers(0, 1 << 42)))
+        else:
+            n = draw(st.integers(1, 6))
+            chunk = values[i:i + n]
+            i += len(chunk)
+            b = batch.build_batch_from_values(chunk, base_offset=offset,
+                                              partition_leader_epoch=draw(st.integers(0, 99)),
+                                              codec=draw(st.sampled_from([layout.CODEC_NONE, layout.CODEC_ZSTD])),
+                                              timestamp_ms=draw(st.integers(0, 1 << 42)))
+        header = layout.parse_header(b)
+        headers.append(header)
+        offset = header.next_offset + draw(st.integers(0, 3))
+        out += b
+    return bytes(out), values, headers
+
+
+# ---- comparing columns ----------------------------------------------------------------------------
+
+def snapshot(cols: mc.MetadataColumns) -> dict:
+    """Every array (dtype, shape, bytes), blob and scalar of a MetadataColumns, comparable with ==."""
+    out = {}
+    for key, value in vars(cols).items():
+        if isinstance(value, mc.ColumnTable):
+            for col, arr in vars(value).items():
+                out[f"{key}.{col}"] = _comparable(arr)
+        elif key != "data":
+            out[key] = _comparable(value)
+    return out
+
+
+def _comparable(value):
+    if isinstance(value, np.ndarray):
+        return value.dtype.str, value.shape, value.tobytes()
+    return value
+
+
+def both(buf, **kwargs):
+    """(native columns, twin columns) of the same bytes, checked identical."""
+    native = mc.decode_region_with(NATIVE, buf, **kwargs)
+    twin = mc.decode_region_with(pure, buf, **kwargs)
+    assert snapshot(native) == snapshot(twin)
+    return native
+
+
+def outcome(impl, buf, **kwargs):
+    try:
+        return "ok", snapshot(mc.decode_region_with(impl, buf, **kwargs))
+    except CorruptRecordError as exc:
+        return "error", exc.reason, exc.position
+
+
+def _uuid_pair(u: uuid.UUID) -> list[int]:
+    return [u.int >> 64, u.int & ((1 << 64) - 1)]
+
+
+def _string(blob: bytes, offsets: np.ndarray, row: int) -> str:
+    return blob[offsets[row]:offsets[row + 1]].decode()
+
+
+def _row(values, width: int) -> list[int]:
+    values = list(values or [])[:width]
+    return values + [-1] * (width - len(values))
+
+
+def _expected_width(lengths) -> int:
+    return max([1] + [min(n, W_MAX) for n in lengths])
+
+
+# ---- the independent check: the generic codec, record by record ------------------------------------
+
+def check_against_generic(cols: mc.MetadataColumns, values: list[bytes]) -> None:
+    assert len(cols) == len(values)
+    decoded = []
+    for i, value in enumerate(values):
+        assert bytes(cols.value(i)) == value
+        frame_key, frame_version = _frame(value)
+        assert (cols.api_keys[i], cols.versions[i]) == (frame_key, frame_version)
+        try:
+            rec = decode_record(value)
+        except CorruptRecordError:  # unknown apiKey or version: the generic codec refuses it too
+            rec = None
+        table_name = HOT.get((rec.record_type, rec.version), "other") if rec else "other"
+        table = getattr(cols, table_name)
+        row = int(cols.kind_rows[i])
+        assert table.record_index[row] == i
+        decoded.append((rec, table_name, row))
+    _check_widths(cols, [d for d in decoded if d[1] in ("partitions", "partition_changes")])
+    for rec, table_name, row in decoded:
+        if table_name != "other":
+            CHECKS[table_name](getattr(cols, table_name), row, rec.data, rec)
+    for name in mc.MetadataColumns.TABLES:
+        assert len(getattr(cols, name)) == sum(1 for d in decoded if d[1] == name)
+
+
+def _frame(value: bytes) -> tuple[int, int]:
+    _, pos = decode_uvarint(value, 0, 5)
+    key, pos = decode_uvarint(value, pos, 5)
+    version, _ = decode_uvarint(value, pos, 5)
+    return key, version
+
+
+def _check_widths(cols, decoded) -> None:
+    parts = [rec.data for rec, name, _ in decoded if name == "partitions"]
+    changes = [rec.data for rec, name, _ in decoded if name == "partition_changes"]
+    assert cols.partitions.replicas.shape[1] == _expected_width(len(d["Replicas"]) for d in parts)
+    assert cols.partitions.isr.shape[1] == _expected_width(len(d["Isr"]) for d in parts)
+    assert cols.partition_changes.replicas.shape[1] == _expected_width(
+        len(d["Replicas"]) for d in changes if d["Replicas"] is not None)
+    assert cols.partition_changes.isr.shape[1] == _expected_width(len(d["Isr"]) for d in changes if d["Isr"] is not None)
+
+
+def _too_wide(*lists) -> bool:
+    return any(v is not None and len(v) > W_MAX for v in lists)
+
+
+def check_topic(t, row, d, rec):
+    assert list(t.topic_id[row]) == _uuid_pair(d["TopicId"])
+    assert _string(t.name_blob, t.name_offsets, row) == d["Name"]
+    assert t.extras[row] == bool(d.get(UNKNOWN_TAGS))
+
+
+def check_partition(t, row, d, rec):
+    assert list(t.topic_id[row]) == _uuid_pair(d["TopicId"])
+    for col, field in (("partition_id", "PartitionId"), ("leader", "Leader"), ("leader_epoch", "LeaderEpoch"),
+                       ("partition_epoch", "PartitionEpoch"), ("leader_recovery_state", "LeaderRecoveryState")):
+        assert getattr(t, col)[row] == d[field], col
+    assert list(t.replicas[row]) == _row(d["Replicas"], t.replicas.shape[1])
+    assert list(t.isr[row]) == _row(d["Isr"], t.isr.shape[1])
+    assert t.replica_count[row] == len(d["Replicas"]) and t.isr_count[row] == len(d["Isr"])
+    extras = (bool(d["RemovingReplicas"]) or bool(d["AddingReplicas"]) or any(u != ZERO for u in d["Directories"])
+              or d["EligibleLeaderReplicas"] is not None or d["LastKnownElr"] is not None
+              or bool(d.get(UNKNOWN_TAGS)) or _too_wide(d["Replicas"], d["Isr"]))
+    assert t.extras[row] == extras
+
+
+def check_change(t, row, d, rec):
+    assert list(t.topic_id[row]) == _uuid_pair(d["TopicId"])
+    assert t.partition_id[row] == d["PartitionId"] and t.leader[row] == d["Leader"]
+    assert t.leader_recovery_state[row] == d["LeaderRecoveryState"]
+    for col, field in (("isr", "Isr"), ("replicas", "Replicas")):
+        values = d[field]
+        assert list(getattr(t, col)[row]) == _row(values, getattr(t, col).shape[1])
+        count = getattr(t, "isr_count" if col == "isr" else "replica_count")[row]
+        assert count == (-1 if values is None else len(values))
+    extras = (any(d[f] is not None for f in ("RemovingReplicas", "AddingReplicas", "Directories",
+                                              "EligibleLeaderReplicas", "LastKnownElr"))
+              or bool(d.get(UNKNOWN_TAGS)) or _too_wide(d["Isr"], d["Replicas"]))
+    assert t.extras[row] == extras
+
+
+def check_remove(t, row, d, rec):
+    assert list(t.topic_id[row]) == _uuid_pair(d["TopicId"])
+    assert t.extras[row] == bool(d.get(UNKNOWN_TAGS))
+
+
+def check_config(t, row, d, rec):
+    assert t.resource_type[row] == d["ResourceType"]
+    assert _string(t.config_blob, t.resource_name_offsets, row) == d["ResourceName"]
+    assert _string(t.config_blob, t.name_offsets, row) == d["Name"]
+    assert t.value_null[row] == (d["Value"] is None)
+    assert _string(t.config_blob, t.value_offsets, row) == (d["Value"] or "")
+    assert t.extras[row] == bool(d.get(UNKNOWN_TAGS))
+
+
+def check_feature(t, row, d, rec):
+    assert _string(t.feature_blob, t.name_offsets, row) == d["Name"]
+    assert t.feature_level[row] == d["FeatureLevel"]
+    assert t.extras[row] == bool(d.get(UNKNOWN_TAGS))
+
+
+def check_fence(t, row, d, rec):
+    assert t.broker_id[row] == d["Id"] and t.broker_epoch[row] == d["Epoch"]
+    assert t.fenced[row] == (rec.record_type == "FenceBrokerRecord")
+    assert t.extras[row] == bool(d.get(UNKNOWN_TAGS))
+
+
+# BrokerRegistrationFencingChange: FENCE(1), NONE(0), UNFENCE(-1) -> column 1 / -1 / 0
+FENCING = {1: 1, 0: -1, -1: 0}
+
+
+def check_broker_change(t, row, d, rec):
+    assert t.broker_id[row] == d["BrokerId"] and t.broker_epoch[row] == d["BrokerEpoch"]
+    assert t.fenced[row] == FENCING.get(d["Fenced"], -1)
+    ics = d["InControlledShutdown"]
+    assert t.in_controlled_shutdown[row] == (1 if ics == 1 else -1)
+    extras = (bool(d["LogDirs"]) or bool(d.get(UNKNOWN_TAGS)) or d["Fenced"] not in FENCING
+              or ics not in (0, 1))
+    assert t.extras[row] == extras
+
+
+def check_registration(t, row, d, rec):
+    assert t.broker_id[row] == d["BrokerId"] and t.broker_epoch[row] == d["BrokerEpoch"]
+    assert list(t.incarnation_id[row]) == _uuid_pair(d["IncarnationId"])
+    assert t.fenced[row] == d["Fenced"] and t.in_controlled_shutdown[row] == d["InControlledShutdown"]
+    assert t.rack_null[row] == (d["Rack"] is None)
+    assert _string(t.broker_blob, t.rack_offsets, row) == (d["Rack"] or "")
+    assert t.extras[row]
+
+
+CHECKS = {"topics": check_topic, "partitions": check_partition, "partition_changes": check_change,
+          "remove_topics": check_remove, "configs": check_config, "features": check_feature,
+          "fence": check_fence, "broker_changes": check_broker_change, "broker_registrations": check_registration}
+
+
+# ---- tests -----------------------------------------------------------------------------------------
+
+def test_the_expected_implementation_is_loaded():
+    """The public module runs on the native decoder unless the twins are forced."""
+    assert ("pure" if _accel.FORCE_PURE else "native") == mc.IMPLEMENTATION
+    assert pure.IMPLEMENTATION == "pure"
+    assert NATIVE.LIST_MAX_WIDTH == pure.LIST_MAX_WIDTH
+
+
+@FAST
+@given(regions())
+def test_native_twin_and_generic_codec_agree(region_values_headers):
+    """Both implementations give identical columns, and every column matches the generic codec."""
+    region, values, headers = region_values_headers
+    cols = both(region)
+    check_against_generic(cols, values)
+    expected_offsets = [h.base_offset + k for h in headers if not h.is_control for k in range(h.record_count)]
+    assert cols.offsets.tolist() == expected_offsets
+    assert cols.batch_count == len(headers)
+    assert cols.control_record_count == sum(h.record_count for h in headers if h.is_control)
+    last = headers[-1] if headers else None
+    assert cols.last_offset == (last.last_offset if last else -1)
+    assert cols.last_epoch == (last.partition_leader_epoch if last else -1)
+    assert cols.last_timestamp_ms == (last.max_timestamp if last else -1)
+    compressed = any(h.codec == layout.CODEC_ZSTD and not h.is_control for h in headers)
+    assert (cols.data is region) == (not compressed)
+
+
+KINDS = {"topic": topic(), "partition": partition(), "partition_change": partition_change(), "config": config(),
+         "feature": feature(), "fence": fence(), "remove_topic": remove_topic(), "broker_change": broker_change(),
+         "register_broker": register_broker(), "other": st.one_of(other_known(), unknown_frame())}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_each_kind_matches_the_generic_codec(kind):
+    """One kind at a time (every version, optional fields and unknown tags drawn): columns from
+    both implementations equal what the generic codec decodes from the same values."""
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(KINDS[kind], min_size=1, max_size=5), st.sampled_from([layout.CODEC_NONE, layout.CODEC_ZSTD]))
+    def run(specs, codec):
+        values = [_encode(spec) for spec in specs]
+        cols = both(batch.build_batch_from_values(values, base_offset=3, codec=codec))
+        check_against_generic(cols, values)
+
+    run()
+
+
+@FAST
+@given(regions(max_records=8), st.binary(max_size=9), st.binary(max_size=9))
+def test_a_region_inside_a_larger_buffer_keeps_absolute_positions(region_values_headers, before, after):
+    """start/end select the region; value_pos refers to the buffer passed in (memoryview too)."""
+    region, values, _ = region_values_headers
+    buf = memoryview(bytearray(before + region + after))
+    cols = both(buf, start=len(before), end=len(before) + len(region))
+    check_against_generic(cols, values)
+
+
+@settings(max_examples=150, deadline=None)
+@given(regions(max_records=10), st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), min_size=1,
+                                          max_size=3), st.integers(0, 1 << 20), st.booleans())
+def test_mutated_regions_raise_only_corrupt_record_errors_and_the_twins_agree(
+        region_values_headers, edits, cut, truncate):
+    """Random byte edits (CRC not checked, so the decoders see them) and truncations: the outcome is
+    columns or CorruptRecordError, and native and twin give the same columns or the same error."""
+    region = bytearray(region_values_headers[0])
+    if not region:
+        return
+    for pos, byte in edits:
+        region[pos % len(region)] = byte
+    if truncate:
+        region = region[:cut % len(region)]
+    data = bytes(region)
+    native = outcome(NATIVE, data, verify_crc=False)
+    event(f"region {native[0]}")
+    assert native == outcome(pure, data, verify_crc=False)
+
+
+@st.composite
+def mutated_value(draw):
+    """A valid value of a hot kind with a few bytes changed, inserted or removed."""
+    value = bytearray(_encode(draw(st.one_of(topic(), partition(), partition_change(), config(), feature(), fence(),
+                                             remove_topic(), broker_change(), register_broker()))))
+    for _ in range(draw(st.integers(1, 3))):
+        op = draw(st.integers(0, 2))
+        pos = draw(st.integers(0, len(value)))
+        if op == 0 and pos < len(value):
+            value[pos] = draw(st.integers(0, 255))
+        elif op == 1:
+            value[pos:pos] = bytes([draw(st.integers(0, 255))])
+        else:
+            del value[pos:pos + draw(st.integers(1, 3))]
+    return bytes(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(mutated_value(), st.sampled_from([layout.CODEC_NONE, layout.CODEC_ZSTD]))
+def test_mutated_values_decode_or_fail_like_the_generic_codec(value, codec):
+    """Inside valid batches, a mutated value is refused by the column decoders exactly when the
+    generic codec refuses it (for the hot kinds/versions), and native and twin agree on it."""
+    region = batch.build_batch_from_values([value], base_offset=7, codec=codec)
+    native, twin = outcome(NATIVE, region), outcome(pure, region)
+    assert native == twin
+    frame = _valid_frame(value)
+    if frame is None:  # frameVersion, apiKey or version unreadable: both decoders refuse
+        assert native[0] == "error"
+        return
+    schema = BY_API_KEY.get(frame[0])
+    if schema is None or (schema.name, frame[1]) not in HOT:
+        assert native[0] == "ok"  # other kinds are listed, never decoded here
+        return
+    try:
+        decode_record(value)
+        generic_ok = True
+    except CorruptRecordError:
+        generic_ok = False
+    assert (native[0] == "ok") == generic_ok, native
+    event(f"hot value {native[0]}")
+    if generic_ok:
+        check_against_generic(mc.decode_region_with(NATIVE, region), [value])
+
+
+def _valid_frame(value: bytes):
+    """(apiKey, version) when the frame header decodes (frameVersion 1, both <= 0x7fff), else None."""
+    try:
+        frame, pos = decode_uvarint(value, 0, 5)
+        key, pos = decode_uvarint(value, pos, 5)
+        version, _ = decode_uvarint(value, pos, 5)
+    except CorruptRecordError:
+        return None
+    return (key, version) if frame == 1 and key <= 0x7FFF and version <= 0x7FFF else None
+
+
+def test_bad_crc_truncation_and_codec_are_refused_at_the_batch():
+    """A flipped byte fails the CRC at its batch; a cut batch and an unknown codec are refused."""
+    values = [encode_record("TopicRecord", 0, {"Name": "t", "TopicId": uuid.uuid4()})] * 3
+    b1 = batch.build_batch_from_values(values, base_offset=0)
+    b2 = batch.build_batch_from_values(values, base_offset=3)
+    region = bytearray(b1 + b2)
+    region[len(b1) + 70] ^= 0xFF
+    for impl in (NATIVE, pure):
+        with pytest.raises(CorruptRecordError) as info:
+            mc.decode_region_with(impl, bytes(region), path="seg.log")
+        assert info.value.position == len(b1) and "CRC" in info.value.reason
+        assert "seg.log" in str(info.value)
+        with pytest.raises(CorruptRecordError) as info:
+            mc.decode_region_with(impl, b1 + b2[:-1])
+        assert info.value.position == len(b1) and "truncated batch" in info.value.reason
+        with pytest.raises(CorruptRecordError) as info:
+            mc.decode_region_with(impl, b1 + b2[:30])
+        assert info.value.position == len(b1) and "truncated batch header" in info.value.reason
+    gzip = bytearray(b2)
+    gzip[22] |= 1  # attributes low byte: codec 1
+    struct.pack_into(">I", gzip, layout.CRC_OFFSET, reference_crc.crc32c(bytes(gzip[layout.ATTRIBUTES_OFFSET:])))
+    with pytest.raises(CorruptRecordError) as info:
+        mc.decode_metadata_region(b1 + bytes(gzip))
+    assert info.value.position == len(b1) and "gzip" in info.value.reason
+
+
+@pytest.mark.parametrize("first_codec", [layout.CODEC_NONE, layout.CODEC_ZSTD])
+@pytest.mark.parametrize("codec", [layout.CODEC_NONE, layout.CODEC_ZSTD])
+def test_an_undecodable_record_names_its_offset_and_api_key(first_codec, codec):
+    """A PartitionRecord cut short: the error names its offset and apiKey; the position is inside
+    the record's value in the input (uncompressed batch, even when another batch is zstd and the
+    records were gathered into a new buffer) or at its batch (zstd)."""
+    good = encode_record("TopicRecord", 0, {"Name": "t", "TopicId": uuid.uuid4()})
+    bad = encode_record("PartitionRecord", 0, {"TopicId": uuid.uuid4(), "Replicas": [1, 2]})[:-6]
+    first = batch.build_batch_from_values([good], base_offset=40, codec=first_codec)
+    region = first + batch.build_batch_from_values([good, bad], base_offset=41, codec=codec)
+    value_at = region.find(bad)
+    for impl in (NATIVE, pure):
+        with pytest.raises(CorruptRecordError) as info:
+            mc.decode_region_with(impl, region)
+        assert "offset 42" in info.value.reason and "apiKey 3" in info.value.reason
+        if codec == layout.CODEC_NONE:
+            assert value_at <= info.value.position < value_at + len(bad)
+        else:
+            assert info.value.position == len(first) and "zstd" in info.value.reason
+
+
+def test_an_mmapped_segment_decodes_in_place(tmp_path):
+    """A read-only mmap of a segment file decodes without a copy: data is the mmap itself."""
+    import mmap
+
+    values = [encode_record("FenceBrokerRecord", 0, {"Id": 3, "Epoch": 9})] * 4
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(batch.build_batch_from_values(values[:2]) + batch.build_batch_from_values(values[2:], base_offset=2))
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as segment:
+        cols = both(segment, path=str(path))
+        assert cols.data is segment and cols.fence.broker_id.tolist() == [3] * 4
+        check_against_generic(cols, values)
+        del cols  # the columns hold the mmap's buffer; release before closing
+
+
+def test_the_zstd_size_bound_is_enforced(monkeypatch):
+    """A zstd section that inflates past ZSTD_MAX_DECOMPRESSED_BYTES is refused, not allocated."""
+    values = [encode_record("FeatureLevelRecord", 0, {"Name": "x" * 200, "FeatureLevel": 1})] * 20
+    region = batch.build_batch_from_values(values, codec=layout.CODEC_ZSTD)
+    assert len(mc.decode_metadata_region(region).features) == 20
+    monkeypatch.setattr(mc, "ZSTD_MAX_DECOMPRESSED_BYTES", 1000)
+    with pytest.raises(CorruptRecordError, match="limit"):
+        mc.decode_metadata_region(region)
+
+
+def test_an_empty_region_has_no_rows_and_no_provenance():
+    """No batches: every table empty, last_offset/epoch/timestamp -1, lists still one wide."""
+    cols = both(b"")
+    assert len(cols) == 0 and cols.batch_count == 0 and cols.last_offset == -1 and cols.last_epoch == -1
+    assert cols.partitions.replicas.shape == (0, 1) and cols.topics.name_offsets.tolist() == [0]
+
+
+def test_record_count_must_match_the_records_section():
+    """A batch whose recordCount disagrees with its records is corrupt (CRC recomputed)."""
+    value = encode_record("NoOpRecord", 0, {})
+    good = bytearray(batch.build_batch_from_values([value, value], base_offset=5))
+    struct.pack_into(">i", good, layout.RECORD_COUNT_OFFSET, 3)
+    struct.pack_into(">I", good, layout.CRC_OFFSET, reference_crc.crc32c(bytes(good[layout.ATTRIBUTES_OFFSET:])))
+    for impl in (NATIVE, pure):
+        with pytest.raises(CorruptRecordError, match="recordCount is 3"):
+            mc.decode_region_with(impl, bytes(good))
