@@ -484,6 +484,12 @@ class RaftCore:
             if s.leader_id != leader_id:
                 raise SafetyViolationError(f"two leaders in epoch {epoch}: {s.leader_id} and {leader_id}")
             return False
+        if s.role is P and s.leader_id == leader_id:
+            # A prospective that left this leader (fetch timeout) must not return to it just
+            # because a peer still names it: that peer's view is as old as ours, and two such
+            # followers of a dead leader would hand each other back forever (Kafka: only a node
+            # without a known leader becomes a follower here).
+            return False
         self._become_follower(epoch, leader_id, now)
         return True
 

@@ -1,0 +1,309 @@
+"""The asyncio driver: runs one RaftCore on one event loop with a real clock, real storage and
+the TCP transport, exactly the way the simulator (tests/raft_sim/cluster.py) drives it:
+
+    inbound message  -> core.step(envelope), then a poll is scheduled (coalesced: every message
+                        that arrived in one loop iteration is stepped before one poll, so one
+                        fsync covers them all: group commit)
+    poll             -> ready = core.poll(); act on it (persist -> send -> apply, raft/ready.py);
+                        repeat while the Ready is not empty (at most ``polls_per_run_max``), then
+                        arm one timer at ``ready.next_poll_ms``
+    proposal         -> queued; appended as one batch when ``max_batch_records`` or
+                        ``max_batch_bytes`` is reached, or ``linger_ms`` after the first queued
+                        record (0 = at the end of the current loop iteration); its future resolves
+                        with (base offset, last offset) once the high watermark passes it
+
+One reordering of the Ready, and why it is safe: when a Ready has no election change, the
+leader's Fetch *responses* are sent before the log flush. They promise nothing (the leader
+counts its own records towards the high watermark only once ``last_flushed_offset`` passes
+them), and sending them first lets the followers write and fsync while the leader fsyncs, so a
+commit costs one fsync time instead of two. Everything else keeps the contract order: a vote,
+a follower's Fetch (which reports its log end) and every other message leave only after the
+quorum-state write and the flush.
+
+A proposal's outcome is unknown when this node stops leading before the high watermark passes
+it: its future then fails with NotLeaderError (the records may still commit under the next
+leader, or be truncated).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kraftlog.raft.messages import Envelope, FetchResponse
+from kraftlog.raft.ready import Commit, LoadSnapshot, Ready
+from kraftlog.raft.state import Role
+from kraftlog.raft.types import Errors, NotLeaderError
+
+log = logging.getLogger("kraftlog.raft.driver")
+
+
+class MonotonicClock:
+    """The core's clock: monotonic milliseconds, the same clock asyncio's loop.time() reads."""
+
+    def milliseconds(self) -> int:
+        return time.monotonic_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class DriverConfig:
+    linger_ms: int = 0  # how long the first queued proposal waits for more (0: this loop iteration)
+    max_batch_records: int = 10_000  # records per appended batch
+    max_batch_bytes: int = 1 << 20  # payload bytes per appended batch
+    max_queued_records: int = 1_000_000  # proposals beyond this are refused (backpressure)
+    polls_per_run_max: int = 16  # Readies acted on per wake-up before yielding to the loop
+
+
+@dataclass(slots=True)
+class _Waiter:
+    base_offset: int
+    last_offset: int
+    epoch: int
+    future: asyncio.Future
+
+
+class RaftDriver:
+    """Drives ``core`` with ``log``, ``quorum_store``, ``snapshots`` (the same objects the core
+    was built with), feeding committed batches to ``listener`` and sending through ``channel``
+    (a RaftTransport, whose ``on_envelope``/``on_produce`` this driver takes over)."""
+
+    def __init__(self, core, *, log, quorum_store, snapshots, listener, channel, config: DriverConfig | None = None):
+        self.core = core
+        self.log = log
+        self.quorum_store = quorum_store
+        self.snapshots = snapshots
+        self.listener = listener
+        self.channel = channel
+        self.config = config or DriverConfig()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._scheduled = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at_ms = -1
+        self._queued: list[tuple[Sequence[bytes], asyncio.Future]] = []
+        self._queued_records = 0
+        self._queued_bytes = 0
+        self._linger: asyncio.TimerHandle | None = None
+        self._linger_due = False
+        self._waiters: deque[_Waiter] = deque()
+        self._stopped = False
+        self.polls = 0
+        if hasattr(channel, "on_envelope"):
+            channel.on_envelope = self.on_envelope
+        if hasattr(channel, "on_produce"):
+            channel.on_produce = self.on_produce
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Begin polling on the running loop."""
+        self._loop = asyncio.get_running_loop()
+        self._wake()
+
+    async def stop(self, *, resign: bool = True, grace_ms: int = 200) -> None:
+        """Resign if leading (EndQuorumEpoch to the others, best placed first), give the messages
+        ``grace_ms`` to leave, then stop polling. The caller closes transport and log."""
+        if resign and self.core.role is Role.LEADER:
+            self.core.resign()
+            self._run()
+            await asyncio.sleep(grace_ms / 1000)
+        self._stopped = True
+        self._fail_waiters()
+        for handle in (self._timer, self._linger):
+            if handle is not None:
+                handle.cancel()
+
+    # ---- inputs -----------------------------------------------------------------------------
+
+    def on_envelope(self, env: Envelope) -> None:
+        if self._stopped:
+            return
+        self.core.step(env)
+        self._wake()
+
+    def propose(self, values: Sequence[bytes]) -> asyncio.Future:
+        """Queue ``values`` for the log; the future gives (base offset, last offset) once they are
+        committed. Raises NotLeaderError at once on a node that is not the leader."""
+        core = self.core
+        if core.role is not Role.LEADER or self._stopped:
+            raise NotLeaderError(core.node_id, core.epoch, core.leader_id)
+        if not values:
+            raise ValueError("a proposal needs at least one record")
+        if self._queued_records + len(values) > self.config.max_queued_records:
+            raise NotLeaderError(core.node_id, core.epoch, core.node_id)  # overloaded: try again later
+        future = self._loop.create_future()
+        self._queued.append((values, future))
+        self._queued_records += len(values)
+        self._queued_bytes += sum(len(v) for v in values)
+        cfg = self.config
+        if self._queued_records >= cfg.max_batch_records or self._queued_bytes >= cfg.max_batch_bytes \
+                or cfg.linger_ms <= 0:
+            self._linger_due = True
+            self._wake()
+        elif self._linger is None:
+            self._linger = self._loop.call_later(cfg.linger_ms / 1000, self._linger_fired)
+        return future
+
+    def on_produce(self, values, reply) -> None:
+        """The client API (a Produce request from the transport): answer once committed."""
+        core = self.core
+        if not values:
+            reply(Errors.INVALID_REQUEST, -1, core.leader_id, core.epoch, "no records")
+            return
+        try:
+            future = self.propose(values)
+        except NotLeaderError:
+            reply(Errors.NOT_LEADER_OR_FOLLOWER, -1, core.leader_id, core.epoch)
+            return
+
+        def done(f: asyncio.Future) -> None:
+            if f.cancelled() or f.exception() is not None:
+                reply(Errors.NOT_LEADER_OR_FOLLOWER, -1, core.leader_id, core.epoch)
+            else:
+                reply(Errors.NONE, f.result()[0], core.leader_id, core.epoch)
+
+        future.add_done_callback(done)
+
+    def _linger_fired(self) -> None:
+        self._linger = None
+        self._linger_due = True
+        self._wake()
+
+    # ---- the loop ---------------------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        if not self._scheduled and not self._stopped:
+            self._scheduled = True
+            self._loop.call_soon(self._run)
+
+    def _timer_fired(self) -> None:
+        self._timer = None
+        self._timer_at_ms = -1
+        self._run()
+
+    def _run(self) -> None:
+        self._scheduled = False
+        if self._stopped:
+            return
+        if self._linger_due:
+            self._append_queued()
+        ready = None
+        core = self.core
+        before = (core.role, core.epoch, core.leader_id)
+        for _ in range(self.config.polls_per_run_max):
+            ready = self.core.poll()
+            self.polls += 1
+            self._execute(ready)
+            if ready.is_empty:
+                break
+        after = (core.role, core.epoch, core.leader_id)
+        if after != before:
+            log.info("node %d: %s(epoch %d) -> %s(epoch %d, leader %d)", core.node_id, before[0].value, before[1],
+                     after[0].value, after[1], after[2])
+        self._settle_waiters()
+        self._arm_timer(ready.next_poll_ms)
+
+    def _arm_timer(self, at_ms: int) -> None:
+        if self._timer is not None:
+            if self._timer_at_ms == at_ms:
+                return
+            self._timer.cancel()
+        self._timer_at_ms = at_ms
+        self._timer = self._loop.call_at(at_ms / 1000, self._timer_fired)
+
+    def _execute(self, ready: Ready) -> None:
+        """persist -> send -> apply (raft/ready.py), with the leader's Fetch responses sent
+        before the flush when no election state changes (see the module docstring)."""
+        messages = ready.messages
+        send = self.channel.send
+        if ready.election is None and ready.flush_log and messages:
+            later = []
+            for env in messages:
+                if type(env.body) is FetchResponse and not env.is_request:
+                    send(env)
+                else:
+                    later.append(env)
+            messages = later
+        if ready.election is not None:
+            self.quorum_store.write(ready.election)
+        if ready.flush_log:
+            self.log.flush()
+        for env in messages:
+            send(env)
+        listener = self.listener
+        for item in ready.deliveries:
+            if type(item) is Commit:
+                listener.handle_commit(item.batch)
+            elif type(item) is LoadSnapshot:
+                listener.handle_load_snapshot(item.snapshot_id, self.snapshots)
+            else:
+                listener.handle_leader_change(item.leader_id, item.epoch)
+
+    # ---- proposals ---------------------------------------------------------------------------------
+
+    def _append_queued(self) -> None:
+        self._linger_due = False
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+        queued, self._queued = self._queued, []
+        self._queued_records = self._queued_bytes = 0
+        core = self.core
+        if core.role is not Role.LEADER:
+            error = NotLeaderError(core.node_id, core.epoch, core.leader_id)
+            for _, future in queued:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        cfg = self.config
+        batch: list[bytes] = []
+        owners: list[tuple[int, asyncio.Future]] = []  # (record count, future) in batch order
+        size = 0
+        for values, future in queued:
+            if batch and (len(batch) + len(values) > cfg.max_batch_records
+                          or size + sum(len(v) for v in values) > cfg.max_batch_bytes):
+                self._append_batch(batch, owners)
+                batch, owners, size = [], [], 0
+            batch.extend(values)
+            owners.append((len(values), future))
+            size += sum(len(v) for v in values)
+        if batch:
+            self._append_batch(batch, owners)
+
+    def _append_batch(self, records: list[bytes], owners: list[tuple[int, asyncio.Future]]) -> None:
+        last = self.core.append(records)
+        offset = last - len(records) + 1
+        epoch = self.core.epoch
+        for count, future in owners:
+            self._waiters.append(_Waiter(offset, offset + count - 1, epoch, future))
+            offset += count
+
+    def _settle_waiters(self) -> None:
+        waiters = self._waiters
+        if not waiters:
+            return
+        core = self.core
+        if core.role is not Role.LEADER or core.epoch != waiters[0].epoch:
+            self._fail_waiters()
+            return
+        hw = core.high_watermark
+        while waiters and waiters[0].last_offset < hw:
+            w = waiters.popleft()
+            if not w.future.done():
+                w.future.set_result((w.base_offset, w.last_offset))
+
+    def _fail_waiters(self) -> None:
+        core = self.core
+        error = NotLeaderError(core.node_id, core.epoch, core.leader_id)
+        while self._waiters:
+            w = self._waiters.popleft()
+            if not w.future.done():
+                w.future.set_exception(error)
+        queued, self._queued = self._queued, []
+        self._queued_records = self._queued_bytes = 0
+        for _, future in queued:
+            if not future.done():
+                future.set_exception(error)

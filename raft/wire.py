@@ -1,0 +1,647 @@
+"""Kafka's wire protocol for raft's messages: frames, headers, and converters between the
+values of raft/messages.py and kio's generated message types. No I/O here: the transport
+(raft/aio/transport.py) moves the bytes; this module only turns them into values and back.
+
+Frames (Kafka's):
+
+    request  = size i32 | header v2 | body          size = bytes after the size field
+    header v2 = request_api_key i16 | request_api_version i16 | correlation_id i32 |
+                client_id (i16 length + UTF-8, -1 = null) | tagged fields (uvarint count, 0 here)
+    response = size i32 | header v1 | body          header v1 = correlation_id i32 | tagged fields
+                                                    (ApiVersions answers with header v0: no tags)
+
+Every body is read and written by kio (``entity_reader`` / ``entity_writer``); nothing here
+hand-codes a message. APIs and the one version each side speaks (Kafka 4.x, KIP-853/996):
+
+    Vote 52 v2 (PreVote), BeginQuorumEpoch 53 v1, EndQuorumEpoch 54 v1, DescribeQuorum 55 v2,
+    Fetch 1 v17, FetchSnapshot 59 v1, ApiVersions 18 v3-v4, Produce 0 v10 (the kraftlog client
+    API: propose records to the leader, answered once they are committed).
+
+The metadata partition is topic ``__cluster_metadata`` partition 0; Fetch v13+ names topics by
+id, and the metadata topic's id is Kafka's fixed ``Uuid(0, 1)``.
+
+Record batches travel as ``LogBatch`` values. A batch read from the engine log or from the
+wire is a ``WireBatch``: it keeps its raw record-batch-v2 bytes, so a leader forwards what it
+stored and a follower stores what it received without re-encoding, and its ``records`` decode
+lazily (``LazyRecords``: the count comes from the header; the values only when iterated).
+Control batches carry Kafka's control records (key ``version i16, type i16``; LeaderChange =
+type 2 with the LeaderChangeMessage body); a plain ``LogBatch`` whose control payload is the
+core's interim LeaderChange encoding (raft/control.py) is converted on the way out.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import struct
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kio.schema.api_versions.v3.request import ApiVersionsRequest as ApiVersionsRequestV3
+from kio.schema.api_versions.v3.response import ApiVersion
+from kio.schema.api_versions.v3.response import ApiVersionsResponse as ApiVersionsResponseV3
+from kio.schema.api_versions.v4.request import ApiVersionsRequest as ApiVersionsRequestV4
+from kio.schema.api_versions.v4.response import ApiVersion as ApiVersionV4
+from kio.schema.api_versions.v4.response import ApiVersionsResponse as ApiVersionsResponseV4
+from kio.schema.begin_quorum_epoch.v1 import request as kbegin_req
+from kio.schema.begin_quorum_epoch.v1 import response as kbegin_resp
+from kio.schema.describe_quorum.v2 import request as kdescribe_req
+from kio.schema.describe_quorum.v2 import response as kdescribe_resp
+from kio.schema.end_quorum_epoch.v1 import request as kend_req
+from kio.schema.end_quorum_epoch.v1 import response as kend_resp
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v17 import request as kfetch_req
+from kio.schema.fetch.v17 import response as kfetch_resp
+from kio.schema.fetch_snapshot.v1 import request as ksnap_req
+from kio.schema.fetch_snapshot.v1 import response as ksnap_resp
+from kio.schema.produce.v10 import request as kproduce_req
+from kio.schema.produce.v10 import response as kproduce_resp
+from kio.schema.request_header.v2.header import RequestHeader
+from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.schema.vote.v2 import request as kvote_req
+from kio.schema.vote.v2 import response as kvote_resp
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import Records, i16, i32, i64
+
+from kraftlog.engine.records import batch as batch_codec
+from kraftlog.engine.records.layout import (
+    CONTROL_BIT,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
+)
+from kraftlog.engine.records.metadata import encode_control
+from kraftlog.errors import CorruptRecordError
+from kraftlog.raft.control import LEADER_CHANGE_TYPE, decode_leader_change
+from kraftlog.raft.messages import (
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    Envelope,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    ReplicaDescription,
+    VoteRequest,
+    VoteResponse,
+)
+from kraftlog.raft.types import NO_EPOCH, NO_ID, Errors, LogBatch, OffsetAndEpoch, RaftError
+
+METADATA_TOPIC = "__cluster_metadata"
+METADATA_TOPIC_ID = uuid.UUID(int=1)  # Kafka's Uuid.METADATA_TOPIC_ID = Uuid(0, 1)
+METADATA_PARTITION = 0
+
+API_PRODUCE, API_FETCH, API_API_VERSIONS = 0, 1, 18
+API_VOTE, API_BEGIN_QUORUM_EPOCH, API_END_QUORUM_EPOCH, API_DESCRIBE_QUORUM = 52, 53, 54, 55
+API_FETCH_SNAPSHOT = 59
+
+SIZE = struct.Struct(">i")  # the frame's size prefix
+_HEADER_KEY = struct.Struct(">hhi")  # request_api_key i16 | request_api_version i16 | correlation_id i32
+_BATCH_FIELDS = struct.Struct(">qii")  # baseOffset i64 | batchLength i32 | partitionLeaderEpoch i32
+_ATTRIBUTES = struct.Struct(">hi")  # attributes i16 | lastOffsetDelta i32 (at byte 21)
+_RECORD_COUNT = struct.Struct(">i")  # recordCount i32 (at byte 57)
+
+
+class WireFormatError(RaftError):
+    """A frame that does not decode as the Kafka message it claims to be (or an API/version we
+    do not speak). The transport closes the connection it came on."""
+
+
+# ---- the API table ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    key: int
+    version: int
+    request: type
+    response: type
+
+
+# our request type -> (api key, version, kio request type, kio response type)
+APIS: dict[type, Api] = {
+    VoteRequest: Api(API_VOTE, 2, kvote_req.VoteRequest, kvote_resp.VoteResponse),
+    BeginQuorumEpochRequest: Api(API_BEGIN_QUORUM_EPOCH, 1, kbegin_req.BeginQuorumEpochRequest,
+                                 kbegin_resp.BeginQuorumEpochResponse),
+    EndQuorumEpochRequest: Api(API_END_QUORUM_EPOCH, 1, kend_req.EndQuorumEpochRequest,
+                               kend_resp.EndQuorumEpochResponse),
+    DescribeQuorumRequest: Api(API_DESCRIBE_QUORUM, 2, kdescribe_req.DescribeQuorumRequest,
+                               kdescribe_resp.DescribeQuorumResponse),
+    FetchRequest: Api(API_FETCH, 17, kfetch_req.FetchRequest, kfetch_resp.FetchResponse),
+    FetchSnapshotRequest: Api(API_FETCH_SNAPSHOT, 1, ksnap_req.FetchSnapshotRequest,
+                              ksnap_resp.FetchSnapshotResponse),
+}
+PRODUCE_API = Api(API_PRODUCE, 10, kproduce_req.ProduceRequest, kproduce_resp.ProduceResponse)
+_API_VERSIONS = {3: (ApiVersionsRequestV3, ApiVersionsResponseV3, ApiVersion),
+                 4: (ApiVersionsRequestV4, ApiVersionsResponseV4, ApiVersionV4)}
+# (api key, version) -> kio request type, for everything a node answers
+REQUEST_TYPES: dict[tuple[int, int], type] = {(a.key, a.version): a.request for a in APIS.values()}
+REQUEST_TYPES[(PRODUCE_API.key, PRODUCE_API.version)] = PRODUCE_API.request
+for _v, (_req, _resp, _) in _API_VERSIONS.items():
+    REQUEST_TYPES[(API_API_VERSIONS, _v)] = _req
+API_BY_KEY = {a.key: a for a in APIS.values()}
+
+
+def supported_api_versions() -> list[tuple[int, int, int]]:
+    """(api key, min version, max version) for ApiVersions answers."""
+    rows = [(a.key, a.version, a.version) for a in APIS.values()]
+    rows.append((API_PRODUCE, PRODUCE_API.version, PRODUCE_API.version))
+    rows.append((API_API_VERSIONS, min(_API_VERSIONS), max(_API_VERSIONS)))
+    return sorted(rows)
+
+
+# ---- frames -------------------------------------------------------------------------------
+
+
+def _write(entity) -> bytes:
+    out = io.BytesIO()
+    entity_writer(type(entity))(out, entity)
+    return out.getvalue()
+
+
+def _read(kio_type, buf, pos: int, what: str):
+    """Decode one kio entity at ``pos``; any failure is a WireFormatError naming the API."""
+    try:
+        value, size = entity_reader(kio_type)(buf, pos)
+    except Exception as exc:  # kio raises many kinds (ValueError, IndexError, UnicodeDecodeError, ...)
+        raise WireFormatError(f"malformed {what} at byte {pos}: {type(exc).__name__}: {exc}") from None
+    return value, pos + size
+
+
+def frame_request(api_key: int, version: int, correlation_id: int, client_id: str | None, body) -> bytes:
+    header = RequestHeader(request_api_key=i16(api_key), request_api_version=i16(version),
+                           correlation_id=i32(correlation_id), client_id=client_id)
+    payload = _write(header) + _write(body)
+    return SIZE.pack(len(payload)) + payload
+
+
+def frame_response(correlation_id: int, body, *, header_v0: bool = False) -> bytes:
+    header = (ResponseHeaderV0 if header_v0 else ResponseHeaderV1)(correlation_id=i32(correlation_id))
+    payload = _write(header) + _write(body)
+    return SIZE.pack(len(payload)) + payload
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFrame:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: object
+
+
+def peek_request_header(frame) -> tuple[int, int, int]:
+    """(api key, version, correlation id) of a request frame (without its size prefix)."""
+    if len(frame) < _HEADER_KEY.size:
+        raise WireFormatError(f"request of {len(frame)} bytes is shorter than a request header")
+    return _HEADER_KEY.unpack_from(frame, 0)
+
+
+def parse_request(frame) -> RequestFrame:
+    """Decode a request frame (the bytes after the size prefix). Raises WireFormatError for an
+    unknown API or version, a malformed header or body, or bytes left over."""
+    api_key, version, _ = peek_request_header(frame)
+    kio_type = REQUEST_TYPES.get((api_key, version))
+    if kio_type is None:
+        raise WireFormatError(f"unsupported API key {api_key} version {version}")
+    header, pos = _read(RequestHeader, frame, 0, "request header")
+    body, pos = _read(kio_type, frame, pos, f"request body (API {api_key} v{version})")
+    if pos != len(frame):
+        raise WireFormatError(f"{len(frame) - pos} bytes after the body of API {api_key} v{version}")
+    return RequestFrame(api_key, version, header.correlation_id, header.client_id, body)
+
+
+def response_correlation_id(frame) -> int:
+    if len(frame) < 4:
+        raise WireFormatError(f"response of {len(frame)} bytes is shorter than its correlation id")
+    return SIZE.unpack_from(frame, 0)[0]
+
+
+def parse_response(frame, kio_type, *, header_v0: bool = False):
+    """Decode a response frame of the given kio type; returns (correlation id, body)."""
+    header, pos = _read(ResponseHeaderV0 if header_v0 else ResponseHeaderV1, frame, 0, "response header")
+    body, pos = _read(kio_type, frame, pos, f"{kio_type.__name__}")
+    if pos != len(frame):
+        raise WireFormatError(f"{len(frame) - pos} bytes after the body of {kio_type.__name__}")
+    return header.correlation_id, body
+
+
+# ---- record batches -----------------------------------------------------------------------
+
+
+class LazyRecords(Sequence):
+    """The record values of one raw batch, decoded on first use (CRC checked then).
+
+    ``len()`` comes from the header's recordCount, so the core's offset arithmetic never
+    decodes anything; iterating or indexing decodes the whole batch once into bytes values.
+    """
+
+    __slots__ = ("_raw", "_count", "_values")
+
+    def __init__(self, raw, count: int):
+        self._raw = raw
+        self._count = count
+        self._values: tuple[bytes, ...] | None = None
+
+    def _decoded(self) -> tuple[bytes, ...]:
+        if self._values is None:
+            cols = batch_codec.decode_columns(self._raw, 0)
+            data, offs, lens = cols.data, cols.value_offsets.tolist(), cols.value_lengths.tolist()
+            self._values = tuple(b"" if n < 0 else bytes(data[o:o + n]) for o, n in zip(offs, lens, strict=True))
+        return self._values
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, i):
+        return self._decoded()[i]
+
+    def __iter__(self):
+        return iter(self._decoded())
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, LazyRecords | tuple | list):
+            return tuple(self) == tuple(other)
+        return NotImplemented
+
+    def __hash__(self):
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"LazyRecords({self._count} records)"
+
+
+class WireBatch(LogBatch):
+    """A LogBatch that keeps the record batch v2 bytes it came from (``raw``)."""
+
+    __slots__ = ("raw",)
+
+    @classmethod
+    def of(cls, raw) -> WireBatch:
+        """Wrap one whole batch (header already checked by split_batches)."""
+        base, _, epoch = _BATCH_FIELDS.unpack_from(raw, 0)
+        attributes, _ = _ATTRIBUTES.unpack_from(raw, 21)
+        (count,) = _RECORD_COUNT.unpack_from(raw, 57)
+        b = cls(base, epoch, LazyRecords(raw, count), bool(attributes & CONTROL_BIT))
+        object.__setattr__(b, "raw", raw)
+        return b
+
+
+def split_batches(buf, *, what: str = "records") -> tuple[WireBatch, ...]:
+    """Cut a buffer of whole record batches v2 into WireBatches (zero copy when ``buf`` is a
+    memoryview). Checks framing only (magic, lengths, lastOffsetDelta + 1 == recordCount, whole
+    batches); CRCs are checked when the records are decoded or appended to the engine log."""
+    view = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf
+    out, pos, end = [], 0, len(view)
+    while pos < end:
+        if end - pos < HEADER_SIZE:
+            raise CorruptRecordError(f"{what}: {end - pos} bytes cannot hold a batch header", position=pos)
+        _, length, _ = _BATCH_FIELDS.unpack_from(view, pos)
+        size = LOG_OVERHEAD + length
+        if length < MIN_BATCH_LENGTH or pos + size > end or view[pos + 16] != 2:
+            raise CorruptRecordError(f"{what}: bad batch length {length} or magic", position=pos)
+        _, delta = _ATTRIBUTES.unpack_from(view, pos + 21)
+        (count,) = _RECORD_COUNT.unpack_from(view, pos + 57)
+        if delta < 0 or count != delta + 1:
+            # raft batches are dense: one offset per record (nothing compacted away)
+            raise CorruptRecordError(f"{what}: recordCount {count} with lastOffsetDelta {delta}", position=pos)
+        out.append(WireBatch.of(view[pos:pos + size]))
+        pos += size
+    return tuple(out)
+
+
+def leader_change_value(payload: bytes) -> bytes:
+    """The core's interim LeaderChange payload (raft/control.py) as Kafka's LeaderChangeMessage
+    v0 body (the value of a control record of type 2)."""
+    lc = decode_leader_change(payload)
+    _, value = encode_control(LEADER_CHANGE_TYPE, 0, {
+        "LeaderId": lc.leader_id,
+        "Voters": [{"VoterId": v} for v in lc.voters],
+        "GrantingVoters": [{"VoterId": v} for v in lc.granting_voters],
+    })
+    return value
+
+
+def encode_batch(batch: LogBatch) -> bytes:
+    """One LogBatch as record batch v2 bytes (its raw bytes when it has them)."""
+    raw = getattr(batch, "raw", None)
+    if raw is not None:
+        return raw
+    if batch.control:
+        if len(batch.records) != 1:
+            raise ValueError(f"a control batch holds one record, got {len(batch.records)}")
+        return batch_codec.build_control_batch(LEADER_CHANGE_TYPE, leader_change_value(batch.records[0]),
+                                               base_offset=batch.base_offset,
+                                               partition_leader_epoch=batch.epoch)
+    return batch_codec.build_batch_from_values(list(batch.records), base_offset=batch.base_offset,
+                                               partition_leader_epoch=batch.epoch)
+
+
+def encode_batches(batches: Sequence[LogBatch]) -> bytes:
+    return b"".join(encode_batch(b) for b in batches)
+
+
+# ---- requests: ours -> kio ------------------------------------------------------------------
+
+
+def _err(code) -> Errors:
+    try:
+        return Errors(int(code))
+    except ValueError:
+        raise WireFormatError(f"error code {int(code)} is not one raft knows") from None
+
+
+def _code(e: Errors) -> ErrorCode:
+    return ErrorCode(int(e))
+
+
+def _one_partition(topics, what: str):
+    if len(topics) != 1 or len(topics[0].partitions) != 1:
+        raise WireFormatError(f"{what}: expected exactly one topic with one partition")
+    return topics[0], topics[0].partitions[0]
+
+
+def _ms(td) -> int:
+    return int(td.total_seconds() * 1000)
+
+
+def request_to_kio(body):
+    """Our request value -> kio request entity."""
+    t = type(body)
+    if t is VoteRequest:
+        p = kvote_req.PartitionData(partition_index=i32(0), replica_epoch=i32(body.replica_epoch),
+                                    replica_id=i32(body.replica_id), replica_directory_id=None,
+                                    voter_directory_id=None, last_offset_epoch=i32(body.last_offset_epoch),
+                                    last_offset=i64(body.last_offset), pre_vote=body.pre_vote)
+        return kvote_req.VoteRequest(cluster_id=body.cluster_id, voter_id=i32(body.voter_id),
+                                     topics=(kvote_req.TopicData(topic_name=METADATA_TOPIC, partitions=(p,)),))
+    if t is FetchRequest:
+        p = kfetch_req.FetchPartition(partition=i32(0), current_leader_epoch=i32(body.current_leader_epoch),
+                                      fetch_offset=i64(body.fetch_offset),
+                                      last_fetched_epoch=i32(body.last_fetched_epoch),
+                                      log_start_offset=i64(body.log_start_offset),
+                                      partition_max_bytes=i32(body.max_bytes))
+        return kfetch_req.FetchRequest(
+            cluster_id=body.cluster_id, replica_state=kfetch_req.ReplicaState(replica_id=i32(body.replica_id)),
+            max_wait=datetime.timedelta(milliseconds=body.max_wait_ms), min_bytes=i32(0),
+            max_bytes=i32(body.max_bytes),
+            topics=(kfetch_req.FetchTopic(topic_id=METADATA_TOPIC_ID, partitions=(p,)),), forgotten_topics_data=())
+    if t is BeginQuorumEpochRequest:
+        p = kbegin_req.PartitionData(partition_index=i32(0), voter_directory_id=None,
+                                     leader_id=i32(body.leader_id), leader_epoch=i32(body.leader_epoch))
+        return kbegin_req.BeginQuorumEpochRequest(
+            cluster_id=body.cluster_id, voter_id=i32(body.voter_id),
+            topics=(kbegin_req.TopicData(topic_name=METADATA_TOPIC, partitions=(p,)),), leader_endpoints=())
+    if t is EndQuorumEpochRequest:
+        p = kend_req.PartitionData(partition_index=i32(0), leader_id=i32(body.leader_id),
+                                   leader_epoch=i32(body.leader_epoch),
+                                   preferred_candidates=tuple(
+                                       kend_req.ReplicaInfo(candidate_id=i32(c), candidate_directory_id=None)
+                                       for c in body.preferred_successors))
+        return kend_req.EndQuorumEpochRequest(
+            cluster_id=body.cluster_id,
+            topics=(kend_req.TopicData(topic_name=METADATA_TOPIC, partitions=(p,)),), leader_endpoints=())
+    if t is FetchSnapshotRequest:
+        p = ksnap_req.PartitionSnapshot(partition=i32(0), current_leader_epoch=i32(body.current_leader_epoch),
+                                        snapshot_id=ksnap_req.SnapshotId(end_offset=i64(body.snapshot_id.offset),
+                                                                         epoch=i32(body.snapshot_id.epoch)),
+                                        position=i64(body.position))
+        return ksnap_req.FetchSnapshotRequest(
+            cluster_id=body.cluster_id, replica_id=i32(body.replica_id), max_bytes=i32(body.max_bytes),
+            topics=(ksnap_req.TopicSnapshot(name=METADATA_TOPIC, partitions=(p,)),))
+    if t is DescribeQuorumRequest:
+        return kdescribe_req.DescribeQuorumRequest(topics=(kdescribe_req.TopicData(
+            topic_name=METADATA_TOPIC, partitions=(kdescribe_req.PartitionData(partition_index=i32(0)),)),))
+    raise TypeError(f"not a raft request: {t.__name__}")
+
+
+def request_from_kio(msg) -> tuple[int, object]:
+    """kio request entity -> (the sending node's id, our request value). The sender comes from
+    the message itself (candidate, leader or replica id), as Kafka's handlers read it; an
+    admin's DescribeQuorum has none (NO_ID)."""
+    if isinstance(msg, kvote_req.VoteRequest):
+        _, p = _one_partition(msg.topics, "Vote")
+        return p.replica_id, VoteRequest(msg.cluster_id, msg.voter_id, p.replica_epoch, p.replica_id,
+                                         p.last_offset_epoch, p.last_offset, p.pre_vote)
+    if isinstance(msg, kfetch_req.FetchRequest):
+        _, p = _one_partition(msg.topics, "Fetch")
+        rid = msg.replica_state.replica_id
+        return rid, FetchRequest(msg.cluster_id, rid, _ms(msg.max_wait), min(msg.max_bytes, p.partition_max_bytes),
+                                 p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch, p.log_start_offset)
+    if isinstance(msg, kbegin_req.BeginQuorumEpochRequest):
+        _, p = _one_partition(msg.topics, "BeginQuorumEpoch")
+        return p.leader_id, BeginQuorumEpochRequest(msg.cluster_id, msg.voter_id, p.leader_id, p.leader_epoch)
+    if isinstance(msg, kend_req.EndQuorumEpochRequest):
+        _, p = _one_partition(msg.topics, "EndQuorumEpoch")
+        return p.leader_id, EndQuorumEpochRequest(msg.cluster_id, p.leader_id, p.leader_epoch,
+                                                  tuple(c.candidate_id for c in p.preferred_candidates))
+    if isinstance(msg, ksnap_req.FetchSnapshotRequest):
+        _, p = _one_partition(msg.topics, "FetchSnapshot")
+        sid = OffsetAndEpoch(p.snapshot_id.end_offset, p.snapshot_id.epoch)
+        return msg.replica_id, FetchSnapshotRequest(msg.cluster_id, msg.replica_id, msg.max_bytes,
+                                                    p.current_leader_epoch, sid, p.position)
+    if isinstance(msg, kdescribe_req.DescribeQuorumRequest):
+        _one_partition(msg.topics, "DescribeQuorum")
+        return NO_ID, DescribeQuorumRequest()
+    raise WireFormatError(f"not a raft request: {type(msg).__name__}")
+
+
+# ---- responses: ours -> kio -----------------------------------------------------------------
+
+
+def response_to_kio(body):
+    """Our response value -> kio response entity."""
+    t = type(body)
+    if t is FetchResponse:
+        div = body.diverging_epoch
+        snap = body.snapshot_id
+        p = kfetch_resp.PartitionData(
+            partition_index=i32(0), error_code=_code(body.partition_error), high_watermark=i64(body.high_watermark),
+            log_start_offset=i64(body.log_start_offset),
+            diverging_epoch=(kfetch_resp.EpochEndOffset() if div is None else
+                             kfetch_resp.EpochEndOffset(epoch=i32(div.epoch), end_offset=i64(div.offset))),
+            current_leader=kfetch_resp.LeaderIdAndEpoch(leader_id=i32(body.leader_id),
+                                                        leader_epoch=i32(body.leader_epoch)),
+            snapshot_id=(kfetch_resp.SnapshotId() if snap is None else
+                         kfetch_resp.SnapshotId(end_offset=i64(snap.offset), epoch=i32(snap.epoch))),
+            aborted_transactions=None, records=Records(encode_batches(body.batches)) if body.batches else None)
+        return kfetch_resp.FetchResponse(
+            throttle_time=datetime.timedelta(0), error_code=_code(body.error_code),
+            responses=(kfetch_resp.FetchableTopicResponse(topic_id=METADATA_TOPIC_ID, partitions=(p,)),))
+    if t is VoteResponse:
+        p = kvote_resp.PartitionData(partition_index=i32(0), error_code=_code(body.partition_error),
+                                     leader_id=i32(body.leader_id), leader_epoch=i32(body.leader_epoch),
+                                     vote_granted=body.vote_granted)
+        return kvote_resp.VoteResponse(error_code=_code(body.error_code), topics=(
+            kvote_resp.TopicData(topic_name=METADATA_TOPIC, partitions=(p,)),))
+    if t is BeginQuorumEpochResponse:
+        p = kbegin_resp.PartitionData(partition_index=i32(0), error_code=_code(body.partition_error),
+                                      leader_id=i32(body.leader_id), leader_epoch=i32(body.leader_epoch))
+        return kbegin_resp.BeginQuorumEpochResponse(error_code=_code(body.error_code), topics=(
+            kbegin_resp.TopicData(topic_name=METADATA_TOPIC, partitions=(p,)),))
+    if t is EndQuorumEpochResponse:
+        p = kend_resp.PartitionData(partition_index=i32(0), error_code=_code(body.partition_error),
+                                    leader_id=i32(body.leader_id), leader_epoch=i32(body.leader_epoch))
+        return kend_resp.EndQuorumEpochResponse(error_code=_code(body.error_code), topics=(
+            kend_resp.TopicData(topic_name=METADATA_TOPIC, partitions=(p,)),))
+    if t is FetchSnapshotResponse:
+        sid = body.snapshot_id or OffsetAndEpoch(-1, -1)
+        p = ksnap_resp.PartitionSnapshot(
+            index=i32(0), error_code=_code(body.partition_error),
+            snapshot_id=ksnap_resp.SnapshotId(end_offset=i64(sid.offset), epoch=i32(sid.epoch)),
+            current_leader=ksnap_resp.LeaderIdAndEpoch(leader_id=i32(body.leader_id),
+                                                       leader_epoch=i32(body.leader_epoch)),
+            size=i64(body.size), position=i64(body.position), unaligned_records=Records(body.data))
+        return ksnap_resp.FetchSnapshotResponse(
+            throttle_time=datetime.timedelta(0), error_code=_code(body.error_code),
+            topics=(ksnap_resp.TopicSnapshot(name=METADATA_TOPIC, partitions=(p,)),))
+    if t is DescribeQuorumResponse:
+        def states(replicas):
+            return tuple(kdescribe_resp.ReplicaState(
+                replica_id=i32(r.replica_id), replica_directory_id=None, log_end_offset=i64(r.log_end_offset),
+                last_fetch_timestamp=i64(r.last_fetch_ms), last_caught_up_timestamp=i64(r.last_caught_up_ms))
+                for r in replicas)
+
+        p = kdescribe_resp.PartitionData(
+            partition_index=i32(0), error_code=_code(body.partition_error), error_message=None,
+            leader_id=i32(body.leader_id), leader_epoch=i32(body.leader_epoch),
+            high_watermark=i64(body.high_watermark), current_voters=states(body.voters),
+            observers=states(body.observers))
+        return kdescribe_resp.DescribeQuorumResponse(
+            error_code=_code(body.error_code), error_message=None,
+            topics=(kdescribe_resp.TopicData(topic_name=METADATA_TOPIC, partitions=(p,)),), nodes=())
+    raise TypeError(f"not a raft response: {t.__name__}")
+
+
+def response_from_kio(msg, request=None):
+    """kio response entity -> our response value. ``request`` is the request it answers (Vote's
+    PreVote is not echoed on the wire, so it is restored from there)."""
+    if isinstance(msg, kfetch_resp.FetchResponse):
+        _, p = _one_partition(msg.responses, "Fetch response")
+        div = p.diverging_epoch
+        snap = p.snapshot_id
+        batches = ()
+        if p.records:
+            try:
+                batches = split_batches(p.records, what="Fetch response records")
+            except CorruptRecordError as exc:
+                raise WireFormatError(str(exc)) from None
+        return FetchResponse(
+            _err(msg.error_code), _err(p.error_code), p.current_leader.leader_id, p.current_leader.leader_epoch,
+            p.high_watermark, p.log_start_offset,
+            None if div.epoch < 0 or div.end_offset < 0 else OffsetAndEpoch(div.end_offset, div.epoch),
+            None if snap.epoch < 0 or snap.end_offset < 0 else OffsetAndEpoch(snap.end_offset, snap.epoch),
+            batches)
+    if isinstance(msg, kvote_resp.VoteResponse):
+        _, p = _one_partition(msg.topics, "Vote response")
+        pre_vote = bool(request is not None and request.pre_vote)
+        return VoteResponse(_err(msg.error_code), p.leader_id, p.leader_epoch, p.vote_granted, pre_vote,
+                            _err(p.error_code))
+    if isinstance(msg, kbegin_resp.BeginQuorumEpochResponse):
+        _, p = _one_partition(msg.topics, "BeginQuorumEpoch response")
+        return BeginQuorumEpochResponse(_err(msg.error_code), p.leader_id, p.leader_epoch, _err(p.error_code))
+    if isinstance(msg, kend_resp.EndQuorumEpochResponse):
+        _, p = _one_partition(msg.topics, "EndQuorumEpoch response")
+        return EndQuorumEpochResponse(_err(msg.error_code), p.leader_id, p.leader_epoch, _err(p.error_code))
+    if isinstance(msg, ksnap_resp.FetchSnapshotResponse):
+        _, p = _one_partition(msg.topics, "FetchSnapshot response")
+        sid = p.snapshot_id
+        return FetchSnapshotResponse(
+            _err(msg.error_code), _err(p.error_code), p.current_leader.leader_id, p.current_leader.leader_epoch,
+            None if sid.epoch < 0 or sid.end_offset < 0 else OffsetAndEpoch(sid.end_offset, sid.epoch),
+            p.size, p.position, bytes(p.unaligned_records))
+    if isinstance(msg, kdescribe_resp.DescribeQuorumResponse):
+        if not msg.topics:  # a top-level error answers with no topics
+            return DescribeQuorumResponse(_err(msg.error_code), Errors.NONE)
+        _, p = _one_partition(msg.topics, "DescribeQuorum response")
+
+        def replicas(states):
+            return tuple(ReplicaDescription(s.replica_id, s.log_end_offset, s.last_fetch_timestamp,
+                                            s.last_caught_up_timestamp) for s in states)
+
+        return DescribeQuorumResponse(_err(msg.error_code), _err(p.error_code), p.leader_id, p.leader_epoch,
+                                      p.high_watermark, replicas(p.current_voters), replicas(p.observers))
+    raise WireFormatError(f"not a raft response: {type(msg).__name__}")
+
+
+# ---- whole envelopes ----------------------------------------------------------------------------
+
+
+def encode_request_envelope(env: Envelope, client_id: str | None) -> bytes:
+    """An outbound request envelope as one frame (its correlation id on the wire)."""
+    api = APIS[type(env.body)]
+    return frame_request(api.key, api.version, env.correlation_id, client_id, request_to_kio(env.body))
+
+
+def encode_response_body(correlation_id: int, body) -> bytes:
+    return frame_response(correlation_id, response_to_kio(body))
+
+
+def decode_response_body(frame, request) -> tuple[int, object]:
+    """(correlation id, our response value) of a response frame answering ``request``."""
+    corr, msg = parse_response(frame, APIS[type(request)].response)
+    return corr, response_from_kio(msg, request)
+
+
+# ---- ApiVersions and Produce (the kraftlog client API) ------------------------------------------
+
+
+def api_versions_response(version: int):
+    """Our ApiVersions answer at ``version`` (3 or 4); answered with response header v0."""
+    _, resp_type, row_type = _API_VERSIONS[version]
+    keys = tuple(row_type(api_key=i16(k), min_version=i16(lo), max_version=i16(hi))
+                 for k, lo, hi in supported_api_versions())
+    return resp_type(error_code=ErrorCode.none, api_keys=keys, throttle_time=datetime.timedelta(0))
+
+
+def produce_request(values: Sequence[bytes], *, timeout_ms: int) -> object:
+    """A Produce v10 request with acks=-1 carrying ``values`` as one record batch for the
+    metadata partition: the kraftlog way to propose records."""
+    records = Records(batch_codec.build_batch_from_values(list(values)))
+    part = kproduce_req.PartitionProduceData(index=i32(METADATA_PARTITION), records=records)
+    return kproduce_req.ProduceRequest(acks=i16(-1), timeout=datetime.timedelta(milliseconds=timeout_ms),
+                                       topic_data=(kproduce_req.TopicProduceData(name=METADATA_TOPIC,
+                                                                                 partition_data=(part,)),))
+
+
+def produce_values(msg) -> list[bytes]:
+    """The record values of a Produce request for the metadata partition (CRC checked)."""
+    topics = msg.topic_data
+    if len(topics) != 1 or len(topics[0].partition_data) != 1 or topics[0].name != METADATA_TOPIC \
+            or topics[0].partition_data[0].index != METADATA_PARTITION:
+        raise WireFormatError("Produce must name __cluster_metadata partition 0, and nothing else")
+    records = topics[0].partition_data[0].records
+    if not records:
+        return []
+    try:
+        values: list[bytes] = []
+        for b in split_batches(records, what="Produce records"):
+            values.extend(b.records)
+    except CorruptRecordError as exc:
+        raise WireFormatError(str(exc)) from None
+    return values
+
+
+def produce_response(error: Errors, base_offset: int, leader_id: int = NO_ID, leader_epoch: int = NO_EPOCH,
+                     message: str | None = None):
+    part = kproduce_resp.PartitionProduceResponse(
+        index=i32(METADATA_PARTITION), error_code=_code(error), base_offset=i64(base_offset), record_errors=(),
+        error_message=message,
+        current_leader=kproduce_resp.LeaderIdAndEpoch(leader_id=i32(leader_id), leader_epoch=i32(leader_epoch)))
+    return kproduce_resp.ProduceResponse(responses=(kproduce_resp.TopicProduceResponse(
+        name=METADATA_TOPIC, partition_responses=(part,)),))
+
+
+def produce_result(msg) -> tuple[Errors, int, int, int, str | None]:
+    """(error, base offset, leader id, leader epoch, message) of a Produce v10 response."""
+    if len(msg.responses) != 1 or len(msg.responses[0].partition_responses) != 1:
+        raise WireFormatError("Produce response: expected exactly one topic with one partition")
+    p = msg.responses[0].partition_responses[0]
+    return (_err(p.error_code), p.base_offset, p.current_leader.leader_id, p.current_leader.leader_epoch,
+            p.error_message)

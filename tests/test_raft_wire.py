@@ -1,0 +1,242 @@
+"""Proves raft/wire.py speaks Kafka's wire protocol: every raft message survives a round trip
+through a whole frame (size prefix, header v2 / response header v1, kio body) with generated
+field values; the frame header bytes are laid out as Kafka lays them out (checked by hand-
+decoding with struct, not with our code); LeaderChange control records decode with kio's own
+LeaderChangeMessage reader; raw record batches pass through untouched and their records decode
+lazily; and damaged or foreign bytes raise only WireFormatError / CorruptRecordError.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kio.schema.leader_change_message.v0.data import LeaderChangeMessage
+from kio.serial import entity_reader
+
+from kraftlog.engine.records import batch as batch_codec
+from kraftlog.engine.records.metadata import decode_control
+from kraftlog.errors import CorruptRecordError
+from kraftlog.raft import wire
+from kraftlog.raft.control import encode_leader_change
+from kraftlog.raft.messages import (
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    Envelope,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    ReplicaDescription,
+    VoteRequest,
+    VoteResponse,
+)
+from kraftlog.raft.types import Errors, LogBatch, OffsetAndEpoch
+
+pytestmark = pytest.mark.twin  # record batches go through the native batch codec (and its twin)
+
+i32 = st.integers(-1, 2**31 - 1)
+i64 = st.integers(-1, 2**63 - 1)
+nonneg32 = st.integers(0, 2**31 - 1)
+errors = st.sampled_from(list(Errors))
+cluster = st.one_of(st.none(), st.text(min_size=1, max_size=20))
+oae = st.builds(OffsetAndEpoch, st.integers(0, 2**62), nonneg32)
+
+REQUESTS = st.one_of(
+    st.builds(VoteRequest, cluster, i32, i32, i32, i32, i64, st.booleans()),
+    st.builds(FetchRequest, cluster, i32, st.integers(0, 2**31 // 1000 - 1), nonneg32, i32, i64, i32, i64),
+    st.builds(BeginQuorumEpochRequest, cluster, i32, i32, i32),
+    st.builds(EndQuorumEpochRequest, cluster, i32, i32, st.lists(nonneg32, max_size=5).map(tuple)),
+    st.builds(FetchSnapshotRequest, cluster, i32, i32, i32, oae, i64),
+    st.just(DescribeQuorumRequest()),
+)
+replica = st.builds(ReplicaDescription, i32, i64, i64, i64)
+
+
+@settings(max_examples=300, deadline=None)
+@given(REQUESTS, st.integers(0, 2**31 - 1), st.one_of(st.none(), st.text(max_size=10)))
+def test_every_request_round_trips_through_a_frame(body, corr, client_id):
+    """encode -> frame -> parse gives back the same value, the same correlation id and client id."""
+    frame = wire.encode_request_envelope(Envelope(1, 2, corr, body), client_id)
+    (size,) = struct.unpack_from(">i", frame, 0)
+    assert size == len(frame) - 4
+    rf = wire.parse_request(frame[4:])
+    assert (rf.correlation_id, rf.client_id) == (corr, client_id)
+    _, back = wire.request_from_kio(rf.body)
+    assert back == body
+
+
+def test_request_header_is_kafkas_layout():
+    """size i32 | api key i16 | version i16 | correlation id i32 | client id (i16 len + bytes) |
+    tagged fields: read back with struct, independent of our code and of kio."""
+    body = VoteRequest("c1", 3, 7, 1, 6, 42, True)
+    frame = wire.encode_request_envelope(Envelope(1, 3, 99, body), "node-1")
+    size, key, version, corr, id_len = struct.unpack_from(">ihhih", frame, 0)
+    assert (size, key, version, corr) == (len(frame) - 4, 52, 2, 99)
+    assert frame[14:14 + id_len] == b"node-1" and frame[14 + id_len] == 0  # no header tagged fields
+    # Fetch is api key 1 v17, DescribeQuorum 55 v2, FetchSnapshot 59 v1
+    for b, api in ((FetchRequest(None, 2, 0, 10, 1, 0, 0, 0), (1, 17)),
+                   (DescribeQuorumRequest(), (55, 2)),
+                   (FetchSnapshotRequest(None, 2, 10, 1, OffsetAndEpoch(5, 1), 0), (59, 1)),
+                   (BeginQuorumEpochRequest(None, 2, 1, 1), (53, 1)),
+                   (EndQuorumEpochRequest(None, 1, 1, (2,)), (54, 1))):
+        f = wire.encode_request_envelope(Envelope(1, 2, 5, b), None)
+        assert struct.unpack_from(">hh", f, 4) == api
+        assert struct.unpack_from(">h", f, 12) == (-1,)  # null client id
+
+
+@settings(max_examples=200, deadline=None)
+@given(errors, errors, i32, i32, st.booleans(), st.booleans(), st.integers(0, 2**31 - 1))
+def test_vote_response_round_trips_and_restores_pre_vote(err, perr, leader, epoch, granted, pre_vote, corr):
+    """PreVote is not in the Vote response: it comes back from the request it answers."""
+    request = VoteRequest(None, 1, 1, 2, 1, 1, pre_vote)
+    body = VoteResponse(err, leader, epoch, granted, pre_vote, perr)
+    frame = wire.encode_response_body(corr, body)
+    assert struct.unpack_from(">ii", frame, 0) == (len(frame) - 4, corr)
+    got_corr, back = wire.decode_response_body(frame[4:], request)
+    assert (got_corr, back) == (corr, body)
+
+
+@settings(max_examples=200, deadline=None)
+@given(errors, errors, i32, i32, i64, st.integers(0, 2**62), st.one_of(st.none(), oae), st.one_of(st.none(), oae),
+       st.lists(st.lists(st.binary(max_size=40), min_size=1, max_size=5), max_size=4))
+def test_fetch_response_round_trips_with_record_batches(err, perr, leader, epoch, hw, start, div, snap, payloads):
+    """Batches become record batches v2 in Records and come back with offsets, epochs, payloads."""
+    batches, offset = [], 0
+    for i, recs in enumerate(payloads):
+        batches.append(LogBatch(offset, i + 1, tuple(recs)))
+        offset += len(recs)
+    body = FetchResponse(err, perr, leader, epoch, hw, start, div, snap, tuple(batches))
+    request = FetchRequest(None, 2, 0, 1 << 20, 1, 0, 0, 0)
+    _, back = wire.decode_response_body(wire.encode_response_body(7, body)[4:], request)
+    assert (back.error_code, back.partition_error, back.leader_id, back.leader_epoch, back.high_watermark,
+            back.log_start_offset, back.diverging_epoch, back.snapshot_id) == \
+        (err, perr, leader, epoch, hw, start, div, snap)
+    assert [(b.base_offset, b.epoch, b.control, tuple(b.records)) for b in back.batches] == \
+        [(b.base_offset, b.epoch, False, b.records) for b in batches]
+    # what a follower stores is exactly what came: the raw bytes are kept and re-sent as they are
+    for b in back.batches:
+        assert wire.encode_batch(b) is b.raw
+
+
+@settings(max_examples=100, deadline=None)
+@given(errors, errors, i32, i32, st.one_of(st.none(), oae), st.integers(0, 2**40), st.integers(0, 2**40),
+       st.binary(max_size=100))
+def test_fetch_snapshot_response_round_trips(err, perr, leader, epoch, sid, size, position, data):
+    body = FetchSnapshotResponse(err, perr, leader, epoch, sid, size, position, data)
+    req = FetchSnapshotRequest(None, 2, 10, 1, OffsetAndEpoch(5, 1), 0)
+    _, back = wire.decode_response_body(wire.encode_response_body(1, body)[4:], req)
+    assert back == body
+
+
+@settings(max_examples=100, deadline=None)
+@given(errors, errors, i32, i32, i64, st.lists(replica, max_size=5).map(tuple),
+       st.lists(replica, max_size=3).map(tuple))
+def test_describe_quorum_and_epoch_responses_round_trip(err, perr, leader, epoch, hw, voters, observers):
+    body = DescribeQuorumResponse(err, perr, leader, epoch, hw, voters, observers)
+    _, back = wire.decode_response_body(wire.encode_response_body(1, body)[4:], DescribeQuorumRequest())
+    assert back == body
+    for req, resp in ((BeginQuorumEpochRequest(None, 1, 2, 3), BeginQuorumEpochResponse(err, leader, epoch, perr)),
+                      (EndQuorumEpochRequest(None, 2, 3, ()), EndQuorumEpochResponse(err, leader, epoch, perr))):
+        _, back = wire.decode_response_body(wire.encode_response_body(2, resp)[4:], req)
+        assert back == resp
+
+
+@given(st.integers(0, 2**31 - 1), st.sets(st.integers(0, 2**31 - 1), max_size=6),
+       st.sets(st.integers(0, 2**31 - 1), max_size=6))
+def test_leader_change_goes_out_as_kafkas_control_record(leader, voters, granting):
+    """A control LogBatch carrying the core's interim LeaderChange becomes a Kafka control batch
+    (control bit, key version 0 type 2) whose value kio's LeaderChangeMessage v0 reader accepts."""
+    raw = wire.encode_batch(LogBatch(5, 3, (encode_leader_change(leader, voters, granting),), True))
+    header = batch_codec.validate_batch(raw)
+    assert header.is_control and (header.base_offset, header.partition_leader_epoch) == (5, 3)
+    (record,) = list(batch_codec.iter_records(raw))
+    assert struct.unpack(">hh", record.key) == (0, 2)
+    msg, size = entity_reader(LeaderChangeMessage)(record.value, 0)
+    assert size == len(record.value)
+    assert msg.leader_id == leader
+    assert [v.voter_id for v in msg.voters] == sorted(voters)
+    assert [v.voter_id for v in msg.granting_voters] == sorted(granting)
+    assert decode_control(record.key, record.value).data["LeaderId"] == leader
+
+
+def test_lazy_records_count_without_decoding_and_check_the_crc_when_decoded():
+    """len() comes from the header; a flipped payload byte is caught only when records are read."""
+    raw = bytearray(batch_codec.build_batch_from_values([b"a" * 10, b"b" * 10], base_offset=4,
+                                                        partition_leader_epoch=2))
+    (b,) = wire.split_batches(bytes(raw))
+    assert (b.base_offset, b.epoch, len(b.records), b.next_offset) == (4, 2, 2, 6)
+    assert list(b.records) == [b"a" * 10, b"b" * 10]
+    raw[-3] ^= 0xFF
+    (bad,) = wire.split_batches(bytes(raw))
+    assert len(bad.records) == 2
+    with pytest.raises(CorruptRecordError):
+        list(bad.records)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_garbage_requests_raise_only_wire_format_errors(junk):
+    """Any bytes either decode as a request we speak or raise WireFormatError (nothing else)."""
+    with contextlib.suppress(wire.WireFormatError):
+        wire.parse_request(junk)
+
+
+@settings(max_examples=200, deadline=None)
+@given(REQUESTS, st.data())
+def test_damaged_request_frames_raise_only_wire_format_errors(body, data):
+    """A real frame, truncated or with a byte changed, is refused or decodes; never crashes."""
+    frame = bytearray(wire.encode_request_envelope(Envelope(1, 2, 3, body), "x")[4:])
+    cut = data.draw(st.integers(0, len(frame)))
+    pos = data.draw(st.integers(0, len(frame) - 1))
+    frame[pos] = data.draw(st.integers(0, 255))
+    for candidate in (bytes(frame[:cut]), bytes(frame)):
+        try:
+            rf = wire.parse_request(candidate)
+            wire.request_from_kio(rf.body)
+        except wire.WireFormatError:
+            pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=120))
+def test_split_batches_refuses_garbage_with_corrupt_record_error(junk):
+    with contextlib.suppress(CorruptRecordError):
+        wire.split_batches(junk)
+
+
+def test_produce_request_carries_values_and_response_names_the_leader():
+    """The client API: Produce v10 for __cluster_metadata/0 with acks=-1, answered with the base
+    offset, or with NOT_LEADER_OR_FOLLOWER and CurrentLeader."""
+    body = wire.produce_request([b"k1", b"", b"v" * 300], timeout_ms=1500)
+    frame = wire.frame_request(0, 10, 9, "c", body)
+    assert struct.unpack_from(">hh", frame, 4) == (0, 10)
+    rf = wire.parse_request(frame[4:])
+    assert rf.body.acks == -1
+    assert wire.produce_values(rf.body) == [b"k1", b"", b"v" * 300]
+    resp = wire.frame_response(9, wire.produce_response(Errors.NOT_LEADER_OR_FOLLOWER, -1, 3, 7))
+    corr, msg = wire.parse_response(resp[4:], wire.PRODUCE_API.response)
+    assert corr == 9 and wire.produce_result(msg)[:4] == (Errors.NOT_LEADER_OR_FOLLOWER, -1, 3, 7)
+
+
+def test_api_versions_answer_lists_every_raft_api_with_header_v0():
+    frame = wire.frame_response(4, wire.api_versions_response(3), header_v0=True)
+    corr, msg = wire.parse_response(frame[4:], wire._API_VERSIONS[3][1], header_v0=True)
+    keys = {k.api_key: (k.min_version, k.max_version) for k in msg.api_keys}
+    assert corr == 4 and keys[52] == (2, 2) and keys[1] == (17, 17) and keys[59] == (1, 1)
+    assert {0, 1, 18, 52, 53, 54, 55, 59} == set(keys)
+
+
+def test_unknown_api_and_trailing_bytes_are_refused():
+    frame = wire.encode_request_envelope(Envelope(1, 2, 3, DescribeQuorumRequest()), None)[4:]
+    with pytest.raises(wire.WireFormatError, match="unsupported API"):
+        wire.parse_request(struct.pack(">hhi", 3, 12, 1) + frame[8:])
+    with pytest.raises(wire.WireFormatError, match="bytes after"):
+        wire.parse_request(frame + b"\0")
