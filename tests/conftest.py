@@ -8,8 +8,14 @@ the variable set, every choice must have been the pure twin. Either violation fa
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
 
 from kraftlog import _accel
+
+# Hypothesis's per-example deadline (200 ms) fails tests at random on a shared 2-core machine
+# under load; every property test still has its example budget, and the CI run its time limit.
+settings.register_profile("kraftlog", deadline=None)
+settings.load_profile("kraftlog")
 
 
 def pytest_configure(config: pytest.Config) -> None:

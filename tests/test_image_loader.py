@@ -192,3 +192,16 @@ def test_loading_a_log_directory_equals_replaying_its_bytes(workload, tmp_path):
     # Resuming from an image only reads what is newer.
     half = Loader().replay(to_log(base, per_batch=150))
     assert summary(load_log_dir(tmp_path / "meta", image=half, config=config)) == summary(image)
+
+
+def test_region_boundaries_inside_a_topic_keep_the_bulk_path(workload):
+    """Regions cut at every batch (here 7 records) split topics from their partitions; only the split
+    records go through the generic codec, and the image is the same."""
+    shape, base, _ = workload
+    batches = [to_log(base[i:i + 7], per_batch=7, first_offset=i) for i in range(0, len(base), 7)]
+    regions = [b"".join(batches[i:i + 5]) for i in range(0, len(batches), 5)]
+    manifests = []
+    image = Loader(publishers=[lambda d, i, m: manifests.append(m)]).replay_regions(regions)
+    assert summary(image) == summary(replay_generic(base))
+    # at most one topic's partitions per region boundary, plus the brokers (not bulk records)
+    assert manifests[0].generic_records <= len(regions) * shape.partitions_per_topic + 2 * shape.brokers + 1

@@ -62,6 +62,7 @@ class LoadManifest:
     batches: int = 0
     bytes_read: int = 0
     skipped_records: int = 0
+    generic_records: int = 0  # records decoded by the generic codec (the rest went through columns)
     skipped: list[tuple[int, str, str]] = field(default_factory=list)  # (offset, type, reason), first 100
     pending_transaction_offset: int | None = None
     elapsed_s: float = 0.0
@@ -179,7 +180,8 @@ def apply_columns(delta: MetadataDelta, cols, manifest: LoadManifest, *, snapsho
         if not len(indexes):
             continue
         kind = int(shape[start])
-        if kind == API_TOPIC and len(indexes) >= BULK_MIN_RECORDS and ctx.bulk_create(indexes):
+        if kind == API_TOPIC:
+            ctx.create_run(indexes)
             continue
         if kind == API_PARTITION_CHANGE and len(indexes) >= BULK_MIN_RECORDS:
             ctx.bulk_change(indexes)
@@ -238,6 +240,7 @@ class _Context:
     def one(self, i: int) -> None:
         """Decode record ``i`` with the generic codec and replay it."""
         offset, api_key = int(self.cols.offsets[i]), int(self.cols.api_keys[i])
+        self.manifest.generic_records += 1
         try:
             record = self.decode(i)
             self.delta.replay(record.record_type, record.data, topic_epoch=self.topic_epoch(i, record.data))
@@ -252,10 +255,23 @@ class _Context:
             self.manifest.skipped.append((offset, record_type, str(exc)))
 
     # -- TopicRecord + PartitionRecord runs ----------------------------------------------------------
-    def bulk_create(self, indexes: np.ndarray) -> bool:
+    def create_run(self, indexes: np.ndarray) -> None:
+        """A run of TopicRecords and PartitionRecords: in bulk where its shape allows."""
+        is_topic = self.cols.api_keys[indexes] == API_TOPIC
+        # PartitionRecords before the run's first TopicRecord belong to a topic created earlier (a
+        # region boundary fell inside its creation): they go one by one, the rest in bulk.
+        lead = int(np.argmax(is_topic)) if is_topic.any() else len(indexes)
+        for i in indexes[:lead].tolist():
+            self.one(i)
+        rest = indexes[lead:]
+        if len(rest) >= BULK_MIN_RECORDS and self.bulk_create(rest, is_topic[lead:]):
+            return
+        for i in rest.tolist():
+            self.one(i)
+
+    def bulk_create(self, indexes: np.ndarray, is_topic: np.ndarray) -> bool:
         cols = self.cols
         rows = cols.kind_rows[indexes]
-        is_topic = cols.api_keys[indexes] == API_TOPIC
         t_rows, p_rows = rows[is_topic], rows[~is_topic]
         topics, parts = cols.topics, cols.partitions
         if not len(t_rows):
