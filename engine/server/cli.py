@@ -18,6 +18,10 @@ from kraftlog.errors import KraftlogError
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("kraftlog.engine.server.demo", "run the guided tour of kraftlog on this machine"),
     "bench": ("kraftlog.engine.server.bench_cmd", "run the benchmarks beside their peers and write a report"),
+    "log": ("kraftlog.engine.server.tools.log_cmd", "dump, verify and repair log segments (kafka-dump-log)"),
+    "image": ("kraftlog.engine.server.tools.image_cmd", "show or browse the metadata image (kafka-metadata-shell)"),
+    "storage": ("kraftlog.engine.server.tools.storage_cmd", "random-uuid, format and info (kafka-storage)"),
+    "gen": ("kraftlog.engine.server.tools.gen_cmd", "write the reference metadata workload as a log directory"),
 }
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
