@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "log": ("kraftlog.engine.server.tools.log_cmd", "dump, verify and repair log segments (kafka-dump-log)"),
     "image": ("kraftlog.engine.server.tools.image_cmd", "show or browse the metadata image (kafka-metadata-shell)"),
     "storage": ("kraftlog.engine.server.tools.storage_cmd", "random-uuid, format and info (kafka-storage)"),
+    "quorum": ("kraftlog.engine.server.tools.quorum_cmd", "describe a live metadata quorum (kafka-metadata-quorum)"),
     "gen": ("kraftlog.engine.server.tools.gen_cmd", "write the reference metadata workload as a log directory"),
 }
 

@@ -1,0 +1,91 @@
+"""Proves `kraftlog quorum describe` against a live 3-node quorum (real processes, loopback): the
+status fields and replication rows of kafka-metadata-quorum, the leader found from any address,
+and one clear error line when nothing answers."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+
+import pytest
+from test_raft_cluster import ProcessCluster
+
+from kraftlog.engine.server.raftnode import RaftClient
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def quorum(tmp_path_factory):
+    cluster = ProcessCluster(str(tmp_path_factory.mktemp("quorum")))
+    try:
+        for i in cluster.voters:
+            cluster.start(i)
+
+        async def commit():
+            client = RaftClient(cluster.voters)
+            try:
+                for _ in range(3):
+                    await client.propose([b"x" * 50] * 20, timeout_ms=15_000)
+            finally:
+                await client.close()
+
+        asyncio.run(commit())
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def kraftlog(*args):
+    return subprocess.run([sys.executable, "-m", "kraftlog.engine.server.cli", *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+def addresses(cluster, order):
+    return ",".join(f"{cluster.voters[i][0]}:{cluster.voters[i][1]}" for i in order)
+
+
+def test_status_names_the_leader_and_the_voters_from_any_address(quorum):
+    for order in ([1, 2, 3], [3, 2, 1]):
+        out = kraftlog("quorum", "describe", "--status", "--bootstrap-controller", addresses(quorum, order),
+                       "--cluster-id", "test-cluster")
+        assert out.returncode == 0, out.stderr
+        fields = dict(line.split(":", 1) for line in out.stdout.splitlines())
+        fields = {k: v.strip() for k, v in fields.items()}
+        assert list(fields) == ["ClusterId", "LeaderId", "LeaderEpoch", "HighWatermark", "MaxFollowerLag",
+                                "MaxFollowerLagTimeMs", "CurrentVoters", "CurrentObservers"]
+        assert fields["ClusterId"] == "test-cluster" and int(fields["LeaderId"]) in (1, 2, 3)
+        assert int(fields["HighWatermark"]) >= 60 and int(fields["LeaderEpoch"]) >= 1
+        assert fields["CurrentVoters"] == "[1,2,3]" and fields["CurrentObservers"] == "[]"
+
+
+def test_replication_has_one_row_per_voter_with_the_leader_marked(quorum):
+    out = kraftlog("quorum", "describe", "--replication", "--human-readable", "--bootstrap-server",
+                   addresses(quorum, [2, 3, 1]))
+    assert out.returncode == 0, out.stderr
+    header, *rows = [line.split() for line in out.stdout.splitlines()]
+    assert header == ["NodeId", "LogEndOffset", "Lag", "LastFetchTimestamp", "LastCaughtUpTimestamp", "Status"]
+    assert sorted(r[0] for r in rows) == ["1", "2", "3"]
+    assert [r[-1] for r in rows].count("Leader") == 1 and [r[-1] for r in rows].count("Follower") == 2
+    assert all(int(r[1]) >= 60 for r in rows) and all("ago" in " ".join(r) for r in rows)
+
+
+def test_a_follower_alone_is_refused_naming_the_leader(quorum):
+    status = kraftlog("quorum", "describe", "--status", "--bootstrap-controller", addresses(quorum, [1, 2, 3]))
+    leader = int(dict(line.split(":", 1) for line in status.stdout.splitlines())["LeaderId"])
+    follower = next(i for i in (1, 2, 3) if i != leader)
+    out = kraftlog("quorum", "describe", "--status", "--bootstrap-controller", addresses(quorum, [follower]))
+    assert out.returncode == 1 and f"leader is node {leader}" in out.stderr and out.stderr.count("\n") == 1
+
+
+def test_an_unreachable_quorum_is_one_error_line_naming_what_was_tried():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    out = kraftlog("quorum", "describe", "--status", "--bootstrap-controller", f"127.0.0.1:{port}", "--timeout-ms", "1500")
+    assert out.returncode == 1
+    assert out.stderr.count("\n") == 1 and f"127.0.0.1:{port}" in out.stderr and "Traceback" not in out.stderr
+    bad = kraftlog("quorum", "describe", "--status", "--bootstrap-controller", "nonsense")
+    assert bad.returncode == 1 and "bad address 'nonsense'" in bad.stderr
