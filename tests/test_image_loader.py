@@ -186,9 +186,13 @@ def test_loading_a_log_directory_equals_replaying_its_bytes(workload, tmp_path):
             pos += size
         assert len(log.segment_base_offsets()) >= 4
     progress = []
-    image = load_log_dir(tmp_path / "meta", config=config, progress=progress.append)
+    image = load_log_dir(tmp_path / "meta", config=config,
+                         progress=lambda m: progress.append((m.last_offset, m.target_offset, m.records, m.records_per_s)))
     assert summary(image) == summary(Loader().replay(buf))
-    assert len(progress) > 3 and progress[-1].records == len(base) + len(churn)
+    total = len(base) + len(churn)
+    assert len(progress) > 3 and progress[-1][:3] == (total - 1, total - 1, total)
+    offsets = [p[0] for p in progress]
+    assert offsets == sorted(offsets) and offsets[0] < offsets[-1] and all(p[3] > 0 for p in progress)
     # Resuming from an image only reads what is newer.
     half = Loader().replay(to_log(base, per_batch=150))
     assert summary(load_log_dir(tmp_path / "meta", image=half, config=config)) == summary(image)

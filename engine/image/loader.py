@@ -65,6 +65,7 @@ class LoadManifest:
     generic_records: int = 0  # records decoded by the generic codec (the rest went through columns)
     skipped: list[tuple[int, str, str]] = field(default_factory=list)  # (offset, type, reason), first 100
     pending_transaction_offset: int | None = None
+    target_offset: int | None = None  # where this load will end (e.g. the log end), when known
     elapsed_s: float = 0.0
 
     @property
@@ -117,11 +118,11 @@ class Loader:
             provenance = Provenance(last, int(columns.last_epoch), int(columns.last_timestamp_ms))
         return self._publish(delta, provenance, manifest, started)
 
-    def replay_regions(self, regions, *, path: str | None = None) -> MetadataImage:
+    def replay_regions(self, regions, *, path: str | None = None, target_offset: int | None = None) -> MetadataImage:
         """Apply several regions of whole batches (e.g. consecutive log reads) as one delta, published
         once. Stops early at a transaction still open at the end of a region (reported in the
         manifest): the caller re-reads from ``manifest.pending_transaction_offset`` later."""
-        manifest = LoadManifest("log")
+        manifest = LoadManifest("log", target_offset=target_offset)
         started = time.perf_counter()
         delta = self.image.delta()
         provenance = self.image.provenance
@@ -133,6 +134,7 @@ class Loader:
                 last = manifest.last_offset if manifest.pending_transaction_offset is not None else columns.last_offset
                 provenance = Provenance(last, int(columns.last_epoch), int(columns.last_timestamp_ms))
             if self.progress is not None:
+                manifest.elapsed_s = time.perf_counter() - started
                 self.progress(manifest)
             if manifest.pending_transaction_offset is not None:
                 break

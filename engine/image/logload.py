@@ -51,4 +51,5 @@ def load_log_dir(directory: str | os.PathLike, *, image: MetadataImage | None = 
         first = start_offset
         if first is None:
             first = max(log.start_offset, loader.image.provenance.offset + 1)
-        return loader.replay_regions(log_regions(log, first, isolation), path=str(directory))
+        target = log.end_offset if isolation is Isolation.LOG_END else log.high_watermark
+        return loader.replay_regions(log_regions(log, first, isolation), path=str(directory), target_offset=target - 1)
