@@ -213,16 +213,20 @@ def _group_by_chunk(rows: np.ndarray) -> Iterable[tuple[int, np.ndarray]]:
 
 
 class TableWriter:
-    """Mutable view of a table: copy a chunk on first write, append rows, freeze into a new table.
+    """Mutable view of a table: copy on first write, append rows, freeze into a new table.
 
-    Writes to the same row in one writer apply in call order (the last one wins).
+    Copy-on-write is per chunk *and column*: the first write to a chunk makes a shallow copy (its
+    arrays still shared), and the first write to one of its columns copies that column only. A
+    delta that changes leaders and ISRs of partitions spread over every chunk copies those
+    columns, not whole chunks. Writes to the same row apply in call order (the last one wins).
     """
 
     def __init__(self, base: ChunkedTable):
         self.base = base
         self.columns = base.columns
         self._chunks = list(base.chunks)
-        self._owned: set[int] = set()  # chunk indexes this writer copied (safe to write in place)
+        # chunk index -> names of the columns this writer owns there (safe to write in place)
+        self._owned: dict[int, set[str]] = {}
         self.rows = base.rows
 
     @property
@@ -231,9 +235,26 @@ class TableWriter:
 
     def _own(self, chunk_index: int) -> Chunk:
         if chunk_index not in self._owned:
-            self._chunks[chunk_index] = self._chunks[chunk_index].copy(CHUNK_ROWS)
-            self._owned.add(chunk_index)
+            old = self._chunks[chunk_index]
+            self._chunks[chunk_index] = Chunk(dict(old.arrays), old.rows)
+            self._owned[chunk_index] = set()
         return self._chunks[chunk_index]
+
+    def _column(self, chunk_index: int, name: str, width: int = 0) -> np.ndarray:
+        """The writable array of ``name`` in chunk ``chunk_index`` (copied on first write, with room
+        for a whole chunk), at least ``width`` wide for list columns."""
+        chunk = self._own(chunk_index)
+        owned = self._owned[chunk_index]
+        array = chunk.arrays[name]
+        if name not in owned:
+            grown = np.empty((CHUNK_ROWS, *array.shape[1:]), dtype=array.dtype)
+            grown[: chunk.rows] = array[: chunk.rows]
+            grown[chunk.rows:] = PAD if array.ndim == 2 else self.columns[name].default()
+            array = chunk.arrays[name] = grown
+            owned.add(name)
+        if array.ndim == 2 and array.shape[1] < width:
+            array = chunk.arrays[name] = _pad_to(array, width)
+        return array
 
     def get(self, row: int, name: str):
         return self._chunks[row >> CHUNK_SHIFT].arrays[name][row & CHUNK_MASK]
@@ -243,12 +264,10 @@ class TableWriter:
         return tuple(int(v) for v in values if v != PAD)
 
     def set(self, row: int, name: str, value) -> None:
-        chunk = self._own(row >> CHUNK_SHIFT)
-        self._widen(chunk, name, 0)[row & CHUNK_MASK] = value
+        self._column(row >> CHUNK_SHIFT, name)[row & CHUNK_MASK] = value
 
     def set_list(self, row: int, name: str, values: Sequence[int]) -> None:
-        chunk = self._own(row >> CHUNK_SHIFT)
-        array = self._widen(chunk, name, len(values))
+        array = self._column(row >> CHUNK_SHIFT, name, len(values))
         local = row & CHUNK_MASK
         array[local] = PAD
         array[local, : len(values)] = values
@@ -258,26 +277,14 @@ class TableWriter:
         rows = np.asarray(rows, dtype=np.int64)
         values = np.asarray(values)
         for chunk_index, positions in _group_by_chunk(rows):
-            chunk = self._own(chunk_index)
             local = rows[positions] & CHUNK_MASK
             if values.ndim == 2:
-                array = self._widen(chunk, name, values.shape[1])
+                array = self._column(chunk_index, name, values.shape[1])
                 block = np.full((len(positions), array.shape[1]), PAD, dtype=array.dtype)
                 block[:, : values.shape[1]] = values[positions]
                 array[local] = block
             else:
-                self._widen(chunk, name, 0)[local] = values[positions]
-
-    def _widen(self, chunk: Chunk, name: str, width: int) -> np.ndarray:
-        """The chunk's writable array for ``name``, at least ``width`` wide for list columns."""
-        array = chunk.arrays[name]
-        if is_shared_default(array):
-            array = np.array(array)  # materialise: a real, writable copy
-            chunk.arrays[name] = array
-        if array.ndim == 2 and array.shape[1] < width:
-            array = _pad_to(array, width)
-            chunk.arrays[name] = array
-        return array
+                self._column(chunk_index, name)[local] = values[positions]
 
     def append(self, arrays: Mapping[str, np.ndarray]) -> int:
         """Append rows given whole columns (missing columns get their fill); returns the first row id."""
@@ -290,24 +297,28 @@ class TableWriter:
                 done += CHUNK_ROWS
                 continue
             if not self._chunks or self._chunks[-1].rows == CHUNK_ROWS:
-                self._chunks.append(Chunk({c.name: c.empty(CHUNK_ROWS) for c in self.columns.values()}, 0))
-                self._owned.add(len(self._chunks) - 1)
-            chunk = self._own(len(self._chunks) - 1)
+                fresh = {c.name: c.empty(CHUNK_ROWS) for c in self.columns.values()}
+                self._chunks.append(Chunk(fresh, 0))
+                self._owned[len(self._chunks) - 1] = {n for n, a in fresh.items() if not is_shared_default(a)}
+            index = len(self._chunks) - 1
+            chunk = self._own(index)
+            for name, array in chunk.arrays.items():
+                if is_shared_default(array) and len(array) < CHUNK_ROWS:  # cover the rows appended now
+                    chunk.arrays[name] = np.broadcast_to(array[:1], (CHUNK_ROWS, *array.shape[1:]))
             take = min(CHUNK_ROWS - chunk.rows, count - done)
             lo, hi = chunk.rows, chunk.rows + take
             for spec in self.columns.values():
                 if spec.name not in arrays:
-                    current = chunk.arrays[spec.name]
-                    if not is_shared_default(current):
-                        current[lo:hi] = spec.default()
+                    if not is_shared_default(chunk.arrays[spec.name]):
+                        self._column(index, spec.name)[lo:hi] = spec.default()
                     continue
                 values = np.asarray(arrays[spec.name][done : done + take])
                 if values.ndim == 2:
-                    array = self._widen(chunk, spec.name, values.shape[1])
+                    array = self._column(index, spec.name, values.shape[1])
                     array[lo:hi] = PAD
                     array[lo:hi, : values.shape[1]] = values
                 else:
-                    self._widen(chunk, spec.name, 0)[lo:hi] = values
+                    self._column(index, spec.name)[lo:hi] = values
             chunk.rows = hi
             done += take
         self.rows += count
@@ -336,11 +347,17 @@ class TableWriter:
         chunks = []
         for index, chunk in enumerate(self._chunks):
             if index in self._owned:
-                # Trim the capacity of the last chunk so the frozen table holds only real rows.
-                arrays = {n: _freeze_view(a, chunk.rows) for n, a in chunk.arrays.items()}
+                arrays = {}
+                for name, array in chunk.arrays.items():
+                    if is_shared_default(array):
+                        # a shared default covers exactly the chunk's rows (it may have room for more)
+                        arrays[name] = array if len(array) == chunk.rows else array[: chunk.rows]
+                    else:
+                        # trim the room left for appends so the frozen table holds only real rows
+                        arrays[name] = _freeze_view(array, chunk.rows)
                 chunk = Chunk(arrays, chunk.rows)
             chunks.append(chunk)
         table = ChunkedTable(self.columns.values(), tuple(chunks), self.rows)
-        self._owned = set()  # further writes copy again: the frozen table must never change
+        self._owned = {}  # further writes copy again: the frozen table must never change
         self._chunks = list(table.chunks)
         return table
