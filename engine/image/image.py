@@ -281,10 +281,7 @@ class MetadataDelta:
     def _register_broker(self, d, topic_epoch):
         registration = BrokerRegistration(
             broker_id=d["BrokerId"], epoch=d["BrokerEpoch"], incarnation_id=d["IncarnationId"],
-            endpoints=tuple(Endpoint(e["Name"], e["Host"], e["Port"], e["SecurityProtocol"]) for e in d["EndPoints"]),
-            supported_features=tuple((f["Name"], f["MinSupportedVersion"], f["MaxSupportedVersion"])
-                                     for f in d["Features"]),
-            rack=d["Rack"], fenced=d["Fenced"], in_controlled_shutdown=d.get("InControlledShutdown", False),
+            endpoints=_endpoints(d), supported_features=_features(d), rack=d["Rack"], fenced=d["Fenced"], in_controlled_shutdown=d.get("InControlledShutdown", False),
             is_migrating_zk_broker=d.get("IsMigratingZkBroker", False), log_dirs=tuple(d.get("LogDirs") or ()))
         if self.brokers.put(registration.broker_id, registration):
             self.changed.add("cluster")
@@ -320,10 +317,7 @@ class MetadataDelta:
     def _register_controller(self, d, topic_epoch):
         registration = ControllerRegistration(
             controller_id=d["ControllerId"], incarnation_id=d["IncarnationId"],
-            zk_migration_ready=d["ZkMigrationReady"],
-            endpoints=tuple(Endpoint(e["Name"], e["Host"], e["Port"], e["SecurityProtocol"]) for e in d["EndPoints"]),
-            supported_features=tuple((f["Name"], f["MinSupportedVersion"], f["MaxSupportedVersion"])
-                                     for f in d["Features"]))
+            zk_migration_ready=d["ZkMigrationReady"], endpoints=_endpoints(d), supported_features=_features(d))
         if self.controllers.put(registration.controller_id, registration):
             self.changed.add("cluster")
 
@@ -429,6 +423,16 @@ class MetadataDelta:
             delegation_tokens=self.delegation_tokens.result(),
             zk_migration_state=self.zk_migration_state,
         )
+
+
+def _endpoints(d) -> tuple[Endpoint, ...]:
+    """EndPoints of a Register{Broker,Controller}Record."""
+    return tuple(Endpoint(e["Name"], e["Host"], e["Port"], e["SecurityProtocol"]) for e in d["EndPoints"])
+
+
+def _features(d) -> tuple[tuple[str, int, int], ...]:
+    """Features (name, min, max) of a Register{Broker,Controller}Record."""
+    return tuple((f["Name"], f["MinSupportedVersion"], f["MaxSupportedVersion"]) for f in d["Features"])
 
 
 def apply_broker_change(current: BrokerRegistration, fencing: int, controlled_shutdown: int,
