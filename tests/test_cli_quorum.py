@@ -70,6 +70,9 @@ def test_replication_has_one_row_per_voter_with_the_leader_marked(quorum):
     assert sorted(r[0] for r in rows) == ["1", "2", "3"]
     assert [r[-1] for r in rows].count("Leader") == 1 and [r[-1] for r in rows].count("Follower") == 2
     assert all(int(r[1]) >= 60 for r in rows) and all("ago" in " ".join(r) for r in rows)
+    # Kafka's semantics: epoch milliseconds, so "N ms ago" against this machine's clock is small
+    ages = [int(r[3]) for r in rows if r[-1] == "Follower"]
+    assert all(0 <= age < 60_000 for age in ages), ages
 
 
 def test_a_follower_alone_is_refused_naming_the_leader(quorum):

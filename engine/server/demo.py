@@ -1,36 +1,170 @@
-"""`kraftlog demo`: the guided tour.
+"""`kraftlog demo`: a guided tour of what kraftlog does today, on this machine, in seconds.
 
-Until the cluster lands (issue: the main job), the tour shows what this build has: which hot
-paths run natively, and a round trip through the wire primitives checked against an
-independent CRC-32C implementation (the `crc32c` package).
+It starts a real three-voter Raft quorum (separate processes on 127.0.0.1 speaking Kafka's wire
+protocol, fsync on), commits Kafka's reference metadata workload through the leader, kills the
+leader and times the failover, restarts it and times its catch-up, replays the log from disk into
+a metadata image, and stores that image as a snapshot in LMDB and as a Kafka .checkpoint. Then a
+table of the timings and ``demo: ok``. The steps are in demo_parts/steps.py; controllers and
+brokers (the live-cluster demo) join as further steps once they exist.
+
+Processes: every node is stopped whatever happens (normal end, error, SIGINT/SIGTERM: see
+demo_parts/cluster.py InterruptGuard), and dies with the demo even if the demo is SIGKILLed
+(demo_parts/node_main.py). The data directory stays for the tools unless --clean (then it is
+removed once the tour succeeded; a failed tour always leaves it, node logs included).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
+
+from kraftlog.engine.server.tools.common import pipe_safe, strict
+
+DEFAULT_DIR = "./kraftlog-demo-data"
+DEFAULT_PARTITIONS = 100_000
+# Default churn: changes worth 1% of the partitions. Churn interleaves record types, so the loader
+# applies most of it record by record (its generic path), far slower than the bulk path the base
+# workload takes: more churn would make the replay figure mostly about that path.
+CHURN_PER_PARTITION = 0.01
+EXIT_INTERRUPTED = 130
+
+EXAMPLE = """examples:
+  kraftlog demo                                   # 100,000 partitions, about 10 s
+  kraftlog demo --partitions 1000000              # Kafka's full benchmark size, about 30 s
+  kraftlog demo --quiet --dir /tmp/demo --clean   # just the table; remove the data at the end
+afterwards, on the data it leaves:
+  kraftlog log verify ./kraftlog-demo-data/node-1/log
+  kraftlog image show ./kraftlog-demo-data/node-1/log"""
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quiet", action="store_true", help="print only the final summary")
-    parser.set_defaults(run=run)
+    strict(parser)
+    parser.epilog = EXAMPLE
+    parser.add_argument("--dir", default=DEFAULT_DIR, metavar="DIR",
+                        help=f"data directory for the nodes, the snapshot store and the checkpoint (default {DEFAULT_DIR})")
+    parser.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS, metavar="N",
+                        help=f"partitions in the workload (default {DEFAULT_PARTITIONS:,}; 1000000 is Kafka's full "
+                             "benchmark size)")
+    parser.add_argument("--churn", type=int, default=None, metavar="M",
+                        help="changes committed while the old leader is down (default: 1%% of --partitions)")
+    parser.add_argument("--force", action="store_true",
+                        help="use --dir even if it holds other things (only the demo's own entries are replaced)")
+    parser.add_argument("--clean", action="store_true",
+                        help="remove what the demo wrote once it succeeded (implies --force at the start)")
+    parser.add_argument("--quiet", "-q", action="store_true",
+                        help="print only the final table (no narration, no progress bars)")
+    parser.set_defaults(run=pipe_safe(run))
+
+
+def _check(args: argparse.Namespace) -> int:
+    from kraftlog.engine.server.demo_parts.errors import DemoError
+
+    if args.partitions < 10:
+        raise DemoError(f"--partitions must be at least 10 (one topic of 10 partitions), got {args.partitions}")
+    churn = int(args.partitions * CHURN_PER_PARTITION) if args.churn is None else args.churn
+    if churn < 0:
+        raise DemoError(f"--churn must be >= 0, got {churn}")
+    return churn
 
 
 def run(args: argparse.Namespace) -> int:
-    import crc32c as reference
+    import asyncio
+    import logging
 
-    from kraftlog import __version__, _accel
-    from kraftlog.engine.records import wire
+    from kraftlog.engine.records.schema import uuid_to_kafka
+    from kraftlog.engine.server.demo_parts import datadir
+    from kraftlog.engine.server.demo_parts.cluster import InterruptGuard
+    from kraftlog.engine.server.demo_parts.narrator import Narrator
+    from kraftlog.engine.server.tools.common import show_progress
+    from kraftlog.engine.server.tools.metaprops import random_uuid
 
-    payload = os.urandom(1 << 20)
-    ours, theirs = wire.crc32c(payload), reference.crc32c(payload)
-    if ours != theirs:
-        raise SystemExit(f"kraftlog demo: CRC-32C mismatch: ours {ours:#010x}, crc32c package {theirs:#010x}")
-    if not args.quiet:
-        print(f"kraftlog {__version__}")
-        for name, status in _accel.load_all_native().items():
-            print(f"  {name:<24} {status}")
-        print(f"  CRC-32C of 1 MiB: {ours:#010x} (matches the crc32c package; hardware: {wire.crc32c_hardware()})")
-        print("The cluster tour (controllers, brokers, failover, replay) arrives with the demo issue.")
-    print("demo: ok")
+    churn = _check(args)
+    node_ids = (1, 2, 3)
+    data_dir = os.path.abspath(args.dir)
+    note = datadir.prepare(data_dir, node_ids, force=args.force or args.clean)
+    narrator = Narrator(quiet=args.quiet, progress=show_progress(args))
+    holder: dict = {}
+    # An interrupted or failed tour drops its connections with requests in flight; asyncio then
+    # logs each write to a closed peer and each abandoned request's future. The demo reports its
+    # own failure in one line, so asyncio's logger stays quiet unless --debug.
+    asyncio_log = logging.getLogger("asyncio")
+    was_disabled = asyncio_log.disabled
+    asyncio_log.disabled = not getattr(args, "debug", False)
+    with InterruptGuard(lambda: holder.get("cluster")) as guard:
+        try:
+            asyncio.run(_tour(narrator, data_dir, args.partitions, churn, uuid_to_kafka(random_uuid()), holder,
+                              guard, note, keep_data=not args.clean))
+        except asyncio.CancelledError:
+            if guard.signum is None:
+                raise
+        finally:
+            cluster = holder.get("cluster")
+            if cluster is not None:
+                cluster.close()  # kills and reaps anything still running (idempotent)
+            asyncio_log.disabled = was_disabled
+    if guard.signum is not None:
+        print(f"kraftlog demo: interrupted by {guard.signal_name}; stopped the node processes; data left in "
+              f"{data_dir}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if args.clean:
+        datadir.clean(data_dir, node_ids)
     return 0
+
+
+async def _tour(narrator, data_dir: str, partitions: int, churn: int, cluster_id: str, holder: dict, guard,
+                note: str | None, *, keep_data: bool) -> None:
+    import asyncio
+
+    from kraftlog.engine.server.demo_parts import steps
+    from kraftlog.engine.server.demo_parts.cluster import NodeCluster
+    from kraftlog.engine.server.raftnode import RaftClient
+
+    guard.attach()
+    asyncio.get_running_loop().set_exception_handler(_quiet_abandoned_requests)
+    cluster = holder["cluster"] = NodeCluster(data_dir, cluster_id=cluster_id)
+    client = RaftClient(cluster.voters)
+    tour = steps.Tour(narrator, cluster, data_dir, partitions, churn, client=client)
+    narrator.intro(f"kraftlog demo: a Raft quorum of {len(cluster.nodes)} processes, {partitions:,} partitions of "
+                   f"metadata through it, a leader killed, the log replayed, a snapshot written. Data: {data_dir}")
+    if note:
+        narrator.intro(f"({note})")
+    try:
+        await steps.quorum_step(tour)
+        await steps.workload_step(tour)
+        await steps.failover_step(tour)
+    finally:
+        await client.close()
+        await cluster.stop_all()
+    steps.replay_step(tour)
+    steps.snapshot_step(tour)
+    _next_commands(narrator, tour, keep_data)
+    narrator.summary(f"kraftlog demo: {partitions:,} partitions, {len(cluster.nodes)} voters on 127.0.0.1, fsync on")
+
+
+def _quiet_abandoned_requests(loop, context: dict) -> None:
+    """Drop "exception never retrieved" reports of requests abandoned on a dropped connection
+    (pipelined Produce requests of an interrupted tour; reported when garbage-collected, possibly
+    after the loop closed); everything else goes to asyncio's default handler."""
+    from kraftlog.engine.server.raftnode import ClientError
+
+    if isinstance(context.get("exception"), ClientError | ConnectionError) and "future" in context:
+        return
+    loop.default_exception_handler(context)
+
+
+def _next_commands(narrator, tour, keep_data: bool) -> None:
+    from kraftlog.engine.server.demo_parts import steps
+    from kraftlog.engine.server.demo_parts.datadir import CHECKPOINTS
+
+    log_dir = tour.cluster.nodes[tour.leader].log_dir
+    checkpoints = os.path.join(tour.data_dir, CHECKPOINTS)
+    name, pid = tour.lookup
+    narrator.step(steps.STEPS, steps.STEPS, "the data stays; look at it with the tools:" if keep_data else
+                  "the data is removed now (--clean); without --clean, the tools would read it with:")
+    narrator.say(f"kraftlog log verify {log_dir}")
+    narrator.say(f"kraftlog log dump {os.path.join(log_dir, '00000000000000000000.log')} | head")
+    narrator.say(f"kraftlog image show {log_dir} /image/topics/byName/{name}/{pid}")
+    checkpoint = sorted(os.listdir(checkpoints))[-1] if os.path.isdir(checkpoints) else ""
+    narrator.say(f"kraftlog image show {os.path.join(checkpoints, checkpoint)}")
+    narrator.say(f"echo 'ls /image/cluster/brokers' | kraftlog image shell {log_dir}")

@@ -22,6 +22,7 @@ Failure handling:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import socket
@@ -30,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kraftlog.raft import wire
-from kraftlog.raft.messages import Envelope
+from kraftlog.raft.messages import DescribeQuorumResponse, Envelope
 
 log = logging.getLogger("kraftlog.raft.transport")
 
@@ -276,7 +277,7 @@ class RaftTransport:
             return
         conn, corr = entry
         if not conn.closed:
-            conn.write(wire.encode_response_body(corr, env.body))
+            conn.write(wire.encode_response_body(corr, _wall_clock_timestamps(env.body)))
 
     def deliver(self, env: Envelope) -> None:
         if log.isEnabledFor(logging.DEBUG):
@@ -294,3 +295,18 @@ class RaftTransport:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+
+
+def _wall_clock_timestamps(body):
+    """DescribeQuorum's LastFetchTimestamp / LastCaughtUpTimestamp are epoch milliseconds on the wire
+    (what Kafka's tools expect); the core keeps them on its monotonic clock. Convert on the way out."""
+    if not isinstance(body, DescribeQuorumResponse):
+        return body
+    offset_ms = time.time_ns() // 1_000_000 - time.monotonic_ns() // 1_000_000
+
+    def wall(replicas):
+        return tuple(dataclasses.replace(r, last_fetch_ms=r.last_fetch_ms + offset_ms if r.last_fetch_ms >= 0 else -1,
+                                         last_caught_up_ms=r.last_caught_up_ms + offset_ms
+                                         if r.last_caught_up_ms >= 0 else -1) for r in replicas)
+
+    return dataclasses.replace(body, voters=wall(body.voters), observers=wall(body.observers))

@@ -1,0 +1,303 @@
+"""Three raft node processes on loopback, owned by the demo from start to cleanup.
+
+Ports are ephemeral: the demo binds port 0 for every voter, keeps the listening sockets for the
+whole tour and hands each node its socket (``--listen-fd``), so a restarted node gets the same
+address back. Each node runs ``node_main`` (raftnode's entry point, dying with the demo), in its
+own session so a terminal's Ctrl-C reaches only the demo, which then decides how the nodes stop.
+
+Every child is a ``subprocess.Popen`` reaped only by this module: while ``poll()`` is None its pid
+cannot have been reused, so signalling it is always safe. ``signal_all`` never waits (a signal
+handler may call it); ``close`` kills and reaps synchronously, so a ``finally`` can call it after
+the event loop is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from kraftlog.engine.server.demo_parts.datadir import node_dir_name
+from kraftlog.engine.server.demo_parts.errors import NodeStartError
+
+
+@dataclass(frozen=True)
+class RaftTimeouts:
+    """The quorum's timeouts: shorter than Kafka's defaults (election 1000, fetch 2000) so a
+    failover shows in about a second, long enough that a loaded 2-core machine keeps its leader."""
+
+    election_timeout_ms: int = 500
+    election_backoff_max_ms: int = 200
+    fetch_timeout_ms: int = 1000
+    request_timeout_ms: int = 800
+    fetch_max_wait_ms: int = 200
+
+    def args(self) -> list[str]:
+        return ["--election-timeout-ms", str(self.election_timeout_ms),
+                "--election-backoff-max-ms", str(self.election_backoff_max_ms),
+                "--fetch-timeout-ms", str(self.fetch_timeout_ms),
+                "--request-timeout-ms", str(self.request_timeout_ms),
+                "--fetch-max-wait-ms", str(self.fetch_max_wait_ms)]
+
+
+NODE_READY_TIMEOUT_S = 30.0  # interpreter start + imports, on a loaded machine
+STOP_GRACE_S = 5.0  # after SIGTERM (the leader resigns), before SIGKILL
+POLL_INTERVAL_S = 0.02
+LISTEN_BACKLOG = 128
+MAX_BATCH_RECORDS = 20_000  # the leader appends what arrived together as one batch of up to this
+MAX_BATCH_BYTES = 4 << 20
+STDERR_NAME = "node.stderr"
+STDERR_TAIL_BYTES = 4096  # read from the end of a node's stderr to quote its last line
+
+
+@dataclass
+class Node:
+    node_id: int
+    directory: str
+    sock: socket.socket
+    process: subprocess.Popen | None = None
+    stdout_buffer: bytes = b""
+    starts: int = 0
+    exit_codes: list[int] = field(default_factory=list)
+
+    @property
+    def port(self) -> int:
+        return self.sock.getsockname()[1]
+
+    @property
+    def log_dir(self) -> str:
+        return os.path.join(self.directory, "log")
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def last_stderr_line(self) -> str:
+        path = os.path.join(self.directory, STDERR_NAME)
+        try:
+            with open(path, "rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - STDERR_TAIL_BYTES))
+                lines = f.read().decode("utf-8", "replace").strip().splitlines()
+        except OSError:
+            return ""
+        return lines[-1] if lines else ""
+
+
+class NodeCluster:
+    """``node_ids`` voters with data under ``data_dir/node-<id>``."""
+
+    def __init__(self, data_dir: str, node_ids=(1, 2, 3), *, cluster_id: str,
+                 timeouts: RaftTimeouts | None = None):
+        self.data_dir = data_dir
+        self.cluster_id = cluster_id
+        self.timeouts = timeouts or RaftTimeouts()
+        self.nodes: dict[int, Node] = {}
+        try:
+            for i in node_ids:
+                s = socket.socket()
+                s.bind(("127.0.0.1", 0))
+                s.listen(LISTEN_BACKLOG)
+                s.set_inheritable(True)
+                self.nodes[i] = Node(i, os.path.join(data_dir, node_dir_name(i)), s)
+        except OSError:
+            self.close()
+            raise
+        self.voters = {i: ("127.0.0.1", n.port) for i, n in self.nodes.items()}
+        self.voters_arg = ",".join(f"{i}@{h}:{p}" for i, (h, p) in self.voters.items())
+
+    # ---- starting ---------------------------------------------------------------------------
+
+    def spawn(self, node_id: int) -> None:
+        node = self.nodes[node_id]
+        if node.running:
+            raise RuntimeError(f"node {node_id} is already running")
+        os.makedirs(node.directory, exist_ok=True)
+        fd = node.sock.fileno()
+        cmd = [sys.executable, "-m", "kraftlog.engine.server.demo_parts.node_main", str(os.getpid()),
+               "--node-id", str(node_id), "--voters", self.voters_arg, "--dir", node.directory,
+               "--listen-fd", str(fd), "--cluster-id", self.cluster_id, "--log-level", "INFO",
+               "--max-batch-records", str(MAX_BATCH_RECORDS), "--max-batch-bytes", str(MAX_BATCH_BYTES),
+               *self.timeouts.args()]
+        with open(os.path.join(node.directory, STDERR_NAME), "ab") as err:
+            node.process = subprocess.Popen(cmd, pass_fds=(fd,), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                            stderr=err, start_new_session=True)
+        os.set_blocking(node.process.stdout.fileno(), False)
+        node.stdout_buffer = b""
+        node.starts += 1
+
+    async def wait_ready(self, node_id: int, timeout_s: float = NODE_READY_TIMEOUT_S) -> None:
+        """Until the node printed ``READY node=<id> port=<port>``; raises NodeStartError naming
+        the node, its exit code and its last stderr line when it dies or takes too long."""
+        node = self.nodes[node_id]
+        deadline = time.monotonic() + timeout_s
+        expected = b"READY node=%d port=%d" % (node_id, node.port)
+        while True:
+            try:
+                chunk = os.read(node.process.stdout.fileno(), 4096)
+            except BlockingIOError:
+                chunk = None
+            if chunk:
+                node.stdout_buffer += chunk
+            if b"\n" in node.stdout_buffer:
+                line = node.stdout_buffer.split(b"\n", 1)[0]
+                if line.strip() != expected:
+                    raise NodeStartError(f"node {node_id} printed {line[:200]!r} instead of {expected.decode()!r}")
+                return
+            if node.process.poll() is not None or chunk == b"":
+                code = node.process.wait()
+                raise NodeStartError(f"node {node_id} exited with code {code} before it was ready "
+                                     f"({self.describe_node(node_id)})")
+            if time.monotonic() > deadline:
+                raise NodeStartError(f"node {node_id} did not print READY within {timeout_s:.0f} s "
+                                     f"({self.describe_node(node_id)})")
+            await asyncio.sleep(POLL_INTERVAL_S)
+
+    async def start(self, node_id: int) -> float:
+        """Spawn and wait until ready; returns the seconds it took."""
+        t = time.perf_counter()
+        self.spawn(node_id)
+        await self.wait_ready(node_id)
+        return time.perf_counter() - t
+
+    async def start_all(self) -> float:
+        """Every node at once (they start in parallel); returns the seconds until all were ready."""
+        t = time.perf_counter()
+        for i in self.nodes:
+            self.spawn(i)
+        await asyncio.gather(*(self.wait_ready(i) for i in self.nodes))
+        return time.perf_counter() - t
+
+    # ---- stopping ---------------------------------------------------------------------------
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL one node (a crash: nothing flushed after its last fsync survives) and reap it."""
+        node = self.nodes[node_id]
+        if node.running:
+            node.process.send_signal(signal.SIGKILL)
+        self._reap(node)
+
+    def signal_all(self, sig: int = signal.SIGTERM) -> None:
+        """Send ``sig`` to every running node and return at once (safe inside a signal handler:
+        it never waits). SIGTERM: a node resigns if it leads, then exits."""
+        for node in self.nodes.values():
+            if node.running:
+                node.process.send_signal(sig)
+
+    async def stop(self, node_ids, grace_s: float = STOP_GRACE_S) -> list[int]:
+        """SIGTERM to ``node_ids``, wait up to ``grace_s``, then SIGKILL what is left of them; returns
+        the node ids that had to be killed. Every stopped node is reaped."""
+        nodes = [self.nodes[i] for i in node_ids]
+        for node in nodes:
+            if node.running:
+                node.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while any(n.running for n in nodes) and time.monotonic() < deadline:
+            await asyncio.sleep(POLL_INTERVAL_S)
+        killed = [n.node_id for n in nodes if n.running]
+        for node in nodes:
+            if node.running:
+                node.process.send_signal(signal.SIGKILL)
+            self._reap(node)
+        return killed
+
+    async def stop_all(self, grace_s: float = STOP_GRACE_S) -> list[int]:
+        return await self.stop(list(self.nodes), grace_s)
+
+    def kill_all_now(self) -> None:
+        """SIGKILL every node still running and reap all of them (synchronous, idempotent)."""
+        for node in self.nodes.values():
+            if node.running:
+                node.process.send_signal(signal.SIGKILL)
+        for node in self.nodes.values():
+            self._reap(node)
+
+    def _reap(self, node: Node) -> None:
+        if node.process is None:
+            return
+        node.exit_codes.append(node.process.wait())
+        node.process.stdout.close()
+        node.process = None
+
+    def close(self) -> None:
+        """Kill and reap every node, close the listening sockets."""
+        self.kill_all_now()
+        for node in self.nodes.values():
+            node.sock.close()
+
+    # ---- describing -------------------------------------------------------------------------
+
+    def pids(self) -> dict[int, int]:
+        return {i: n.process.pid for i, n in self.nodes.items() if n.running}
+
+    def describe_node(self, node_id: int) -> str:
+        node = self.nodes[node_id]
+        if node.running:
+            state = f"running, pid {node.process.pid}"
+        elif node.process is not None:
+            state = f"exited with code {node.process.returncode}"
+        elif node.exit_codes:
+            state = f"stopped (exit code {node.exit_codes[-1]})"
+        else:
+            state = "not started"
+        last = node.last_stderr_line()
+        return f"node {node_id} {state}, port {node.port}" + (f", last log line: {last[-200:]}" if last else "")
+
+    def describe(self) -> str:
+        return "; ".join(self.describe_node(i) for i in self.nodes)
+
+
+class InterruptGuard:
+    """SIGINT / SIGTERM during the tour: at the first signal every node gets SIGTERM at once (even
+    while the tour is busy computing) and the tour's task is cancelled, so its ``finally`` reaps
+    them; a second signal SIGKILLs them and raises KeyboardInterrupt. The handler only sends
+    signals: reaping (Popen.wait) is left to the code it interrupts, which may hold Popen's lock.
+
+    Installed before ``asyncio.run`` (which then leaves SIGINT to us) and attached to the running
+    task from inside it.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, cluster_ref):
+        self._cluster_ref = cluster_ref  # callable -> NodeCluster | None (the cluster is made later)
+        self._previous: dict[int, object] = {}
+        self._task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.signum: int | None = None
+        self.count = 0
+
+    def __enter__(self) -> InterruptGuard:
+        for sig in self.SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def attach(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+
+    @property
+    def signal_name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum else ""
+
+    def _on_signal(self, signum, frame) -> None:
+        self.count += 1
+        self.signum = self.signum or signum
+        cluster = self._cluster_ref()
+        if self.count == 1 and self._task is not None and not self._task.done():
+            if cluster is not None:
+                cluster.signal_all(signal.SIGTERM)
+            self._task.cancel()
+            self._loop.call_soon_threadsafe(lambda: None)  # wake the loop if it sleeps in select
+            return
+        if cluster is not None:
+            cluster.signal_all(signal.SIGKILL)  # reaped by the caller's finally (close())
+        raise KeyboardInterrupt
