@@ -41,25 +41,31 @@ class Loss:
 
 @dataclass
 class ImageWrite:
+    """The records of an image at one metadata.version, as framed values in write order.
+
+    A framed value starts with uvarints frameVersion (1), apiKey, version; every apiKey and version
+    we write is below 128, so they are the value's second and third bytes (read back on demand
+    rather than kept in lists beside a million values)."""
+
     metadata_version: int
-    api_keys: list[int] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)
-    values: list[bytes] = field(default_factory=list)  # framed record values, in write order
+    values: list[bytes] = field(default_factory=list)
     losses: list[Loss] = field(default_factory=list)
+
+    @property
+    def api_keys(self) -> list[int]:
+        return [value[1] for value in self.values]
+
+    @property
+    def versions(self) -> list[int]:
+        return [value[2] for value in self.values]
 
     @property
     def records(self) -> list[tuple[int, int, bytes]]:
         """(api key, version, framed value) per record."""
-        return list(zip(self.api_keys, self.versions, self.values, strict=True))
-
-    def extend(self, api_key: int, version: int, values: list[bytes]) -> None:
-        self.api_keys.extend([api_key] * len(values))
-        self.versions.extend([version] * len(values))
-        self.values.extend(values)
+        return [(value[1], value[2], value) for value in self.values]
 
     def add(self, api_key: int, version: int, value: bytes) -> None:
-        self.api_keys.append(api_key)
-        self.versions.append(version)
+        assert value[1] == api_key and value[2] == version, "frame bytes disagree with the record type"
         self.values.append(value)
 
 
@@ -138,33 +144,33 @@ def _topics(topics: TopicsImage, level: int, with_topic_epochs: bool, fast: bool
     partitions (no extras) are encoded here directly; the rest are yielded for the generic codec
     (and its loss check), which appends them to ``out`` in place, so the order is kept."""
     version = versions.partition_record_version(level)
-    plain = _encode_plain_partitions(topics, version) if fast else {}
+    plain = _encode_plain_partitions(topics, version) if fast else [None] * topics.partitions.rows
     table = topics.topics
     live = np.flatnonzero(table.column("live"))
     ids = np.stack([table.gather(live, "id_hi"), table.gather(live, "id_lo")], axis=1).astype(">i8").tobytes()
     firsts = table.gather(live, "first_row").tolist()
     counts = table.gather(live, "partition_count").tolist()
     epochs = table.gather(live, "topic_epoch").tolist()
-    partition_api = API_KEYS["PartitionRecord"]
+    values = out.values
     for k, row in enumerate(live.tolist()):
         name = topics.topic_name(row)
         topic_id = ids[16 * k:16 * k + 16]
         if fast:
-            out.add(API_KEYS["TopicRecord"], 0, _topic_value(name, topic_id, epochs[k] if with_topic_epochs else -1))
+            values.append(_topic_value(name, topic_id, epochs[k] if with_topic_epochs else -1))
         else:
             data = {"Name": name, "TopicId": uuid.UUID(bytes=topic_id)}
             if with_topic_epochs and epochs[k] >= 0:
                 data[codec.UNKNOWN_TAGS] = {TOPIC_EPOCH_TAG: epochs[k].to_bytes(8, "big", signed=True)}
             yield "TopicRecord", 0, f"topic {name}", data
         first = firsts[k]
-        values = [plain.get(prow) for prow in range(first, first + counts[k])]
-        if None not in values:  # the common case: every partition pre-encoded
-            out.extend(partition_api, version, values)
+        encoded = plain[first:first + counts[k]]
+        if None not in encoded:  # the common case: every partition pre-encoded
+            values.extend(encoded)
             continue
         for prow in range(first, first + counts[k]):
-            value = plain.get(prow)
+            value = plain[prow]
             if value is not None:
-                out.add(partition_api, version, value)
+                values.append(value)
                 continue
             reg = topics.registration(prow)
             if reg is not None:
@@ -180,8 +186,8 @@ def _topic_value(name: str, topic_id: bytes, epoch: int) -> bytes:
     return b"\x01\x02\x00" + length + encoded + topic_id + tags
 
 
-def _encode_plain_partitions(topics: TopicsImage, version: int) -> dict[int, bytes]:
-    """Partition row -> framed PartitionRecord value, for every live partition whose record is
+def _encode_plain_partitions(topics: TopicsImage, version: int) -> list[bytes | None]:
+    """Indexed by partition row: the framed PartitionRecord value of every live partition whose record is
     fully described by its fixed columns (no removing/adding replicas, directories, ELR, and the
     default leader recovery state): one numpy template per (replica count, ISR count).
 
@@ -191,30 +197,34 @@ def _encode_plain_partitions(topics: TopicsImage, version: int) -> dict[int, byt
     bytes (MIGRATING)] | tagged fields 0x00 (LeaderRecoveryState 0 and empty ELR are not written).
     """
     t = topics.partitions
+    by_row = np.full(t.rows, None, dtype=object)
     rows = topics.live_partition_rows()
     if not len(rows):
-        return {}
+        return by_row.tolist()
     sparse = ("removing_replicas", "adding_replicas", "eligible_leader_replicas", "last_known_elr", "directories")
-    plain = t.gather(rows, "leader_recovery_state") == 0
+
+    def column(name: str) -> np.ndarray:  # whole columns: one concatenation beats a per-chunk gather here
+        return t.column(name)[rows]
+
+    plain = column("leader_recovery_state") == 0
     for name in sparse:
-        plain &= (t.gather(rows, name) < 0).all(axis=1)
+        plain &= (column(name) < 0).all(axis=1)
     rows = rows[plain]
-    replicas, isr = t.gather(rows, "replicas"), t.gather(rows, "isr")
+    replicas, isr = column("replicas"), column("isr")
     rcount, icount = (replicas >= 0).sum(axis=1), (isr >= 0).sum(axis=1)
-    topic_rows = t.gather(rows, "topic_row")
-    id_hi, id_lo = topics.topics.gather(topic_rows, "id_hi"), topics.topics.gather(topic_rows, "id_lo")
+    topic_rows = column("topic_row")
+    id_hi, id_lo = topics.topics.column("id_hi")[topic_rows], topics.topics.column("id_lo")[topic_rows]
     ids = np.stack([id_hi, id_lo], axis=1).astype(">i8").view(np.uint8).reshape(-1, 16)
-    columns = {name: t.gather(rows, name) for name in ("partition_id", "leader", "leader_epoch", "partition_epoch")}
-    out: dict[int, bytes] = {}
+    columns = {name: column(name) for name in ("partition_id", "leader", "leader_epoch", "partition_epoch")}
     for r, i in sorted(set(zip(rcount.tolist(), icount.tolist(), strict=True))):
         if not r or not i or r + 1 >= 0x80 or i + 1 >= 0x80:
             continue  # empty lists or multi-byte lengths: the generic codec handles these rare shapes
         sel = np.flatnonzero((rcount == r) & (icount == i))
-        out.update(_template(version, r, i, sel, rows, ids, replicas, isr, columns))
-    return out
+        by_row[rows[sel]] = _template(version, r, i, sel, ids, replicas, isr, columns)
+    return by_row.tolist()
 
 
-def _template(version, r, i, sel, rows, ids, replicas, isr, columns) -> dict[int, bytes]:
+def _template(version, r, i, sel, ids, replicas, isr, columns) -> list[bytes]:
     fields = [("frame", "u1", 3), ("pid", ">i4"), ("tid", "u1", 16), ("rlen", "u1"), ("replicas", ">i4", (r,)),
               ("ilen", "u1"), ("isr", ">i4", (i,)), ("removing", "u1"), ("adding", "u1"), ("leader", ">i4"),
               ("leader_epoch", ">i4"), ("partition_epoch", ">i4")]
@@ -234,9 +244,9 @@ def _template(version, r, i, sel, rows, ids, replicas, isr, columns) -> dict[int
     rec["partition_epoch"] = columns["partition_epoch"][sel]
     if version >= 1:
         rec["dlen"] = r + 1
-    raw = rec.tobytes()
-    size = layout.itemsize
-    return dict(zip(rows[sel].tolist(), (raw[k * size:(k + 1) * size] for k in range(len(sel))), strict=True))
+    # A void view turns each fixed-size record into a bytes value in C (an "S" view would strip
+    # the trailing tagged-fields 0x00).
+    return rec.view(f"V{layout.itemsize}").tolist()
 
 
 
