@@ -43,7 +43,7 @@ def row(name: str, unit: str, value: float, spread: float, *, peer: str | None, 
         higher_is_better: bool, goal: str, met: bool, **extra) -> dict:
     """Build one results.json row; ``ratio`` is ours over the peer's, oriented so higher is better."""
     ratio = None
-    if peer_value:
+    if peer_value and value:
         ratio = value / peer_value if higher_is_better else peer_value / value
     return {"name": name, "unit": unit, "value": value, "spread": spread, "peer": peer,
             "peer_value": peer_value, "ratio": ratio, "goal": goal, "met": bool(met), **extra}

@@ -102,7 +102,9 @@ class Loader:
         columns = _decode(buf, start, end, path)
         apply_columns(delta, columns, manifest, snapshot_end_offset=end_offset, skip_errors=self.skip_errors,
                       path=path)
-        return self._publish(delta, Provenance(end_offset - 1, epoch, columns.last_timestamp_ms), manifest,
+        provenance = Provenance(end_offset - 1, epoch, int(columns.last_timestamp_ms))
+        del columns  # the decoded arrays go before _publish returns their memory to the OS
+        return self._publish(delta, provenance, manifest,
                              started)
 
     def replay(self, buf, *, start: int = 0, end: int | None = None, path: str | None = None) -> MetadataImage:
@@ -116,6 +118,7 @@ class Loader:
         if columns.last_offset >= 0:
             last = manifest.last_offset if manifest.pending_transaction_offset is not None else columns.last_offset
             provenance = Provenance(last, int(columns.last_epoch), int(columns.last_timestamp_ms))
+        del columns  # the decoded arrays go before _publish returns their memory to the OS
         return self._publish(delta, provenance, manifest, started)
 
     def replay_regions(self, regions, *, path: str | None = None, target_offset: int | None = None) -> MetadataImage:
@@ -136,6 +139,7 @@ class Loader:
             if self.progress is not None:
                 manifest.elapsed_s = time.perf_counter() - started
                 self.progress(manifest)
+            del columns  # the decoded arrays go before the next region is decoded
             if manifest.pending_transaction_offset is not None:
                 break
         return self._publish(delta, provenance, manifest, started)
@@ -143,6 +147,8 @@ class Loader:
     def _publish(self, delta: MetadataDelta, provenance: Provenance, manifest: LoadManifest,
                  started: float) -> MetadataImage:
         image = delta.apply(provenance)
+        if manifest.records >= TRIM_AFTER_RECORDS:
+            _release_free_memory()
         manifest.elapsed_s = time.perf_counter() - started
         self.image = image
         if self.progress is not None:
@@ -150,6 +156,22 @@ class Loader:
         for publish in self.publishers:
             publish(delta, image, manifest)
         return image
+
+
+# A large load frees hundreds of MB of decoder temporaries; glibc keeps most of it in the process
+# (after the first big free it raises its mmap threshold, so later arrays come from the heap).
+# malloc_trim(0) hands it back: measured at 1M partitions, RSS growth 181 MB -> 63 MB, which is the
+# image itself. A no-op where there is no glibc.
+TRIM_AFTER_RECORDS = 100_000
+
+
+def _release_free_memory() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _decode(buf, start: int, end: int | None, path: str | None):
