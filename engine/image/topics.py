@@ -203,15 +203,16 @@ class TopicsImage:
 
     def _registration(self, prow: int, topic: tuple, name: str) -> PartitionRegistration | None:
         """Build the registration of ``prow`` given its topic's row values (id_hi, id_lo, epoch, ...)."""
-        (topic_row, partition_id, leader, leader_epoch, partition_epoch, lrs, replicas, isr, removing, adding, elr,
-         last_known_elr, directories) = hindex.read_row(_partition_spec(self.partitions.chunks[prow >> CHUNK_SHIFT]),
-                                                        prow & CHUNK_MASK)
-        if topic_row < 0 or partition_id < 0:
+        v = hindex.read_row(_partition_spec(self.partitions.chunks[prow >> CHUNK_SHIFT]), prow & CHUNK_MASK)
+        # v: topic_row, partition_id, leader, leader_epoch, partition_epoch, leader_recovery_state,
+        #    replicas, isr, removing, adding, elr, last_known_elr, directory codes
+        if v[0] < 0 or v[1] < 0:
             return None
-        return PartitionRegistration(
-            (topic[0], topic[1]), name, partition_id, leader, leader_epoch, partition_epoch, lrs,
-            replicas, isr, removing, adding, elr, last_known_elr,
-            tuple(self.directory_ids[i] for i in directories) if directories else (), topic[2])
+        directories = tuple(self.directory_ids[i] for i in v[12]) if v[12] else ()
+        # tuple.__new__ skips the NamedTuple's generated __new__ (a third of a lookup); the field
+        # order is PartitionRegistration's.
+        return _new_tuple(PartitionRegistration, ((topic[0], topic[1]), name, v[1], v[2], v[3], v[4], v[5], v[6],
+                                                  v[7], v[8], v[9], v[10], v[11], directories, topic[2]))
 
     def topic_names(self) -> Iterator[str]:
         """Names of live topics, in topic-row order."""
@@ -249,6 +250,8 @@ class TopicsImage:
 def _as_tuple(values: np.ndarray) -> tuple[int, ...]:
     return tuple(int(v) for v in values if v >= 0)
 
+
+_new_tuple = tuple.__new__
 
 _SCALARS = ("topic_row", "partition_id", "leader", "leader_epoch", "partition_epoch", "leader_recovery_state")
 _LISTS = ("replicas", "isr", "removing_replicas", "adding_replicas", "eligible_leader_replicas", "last_known_elr",
