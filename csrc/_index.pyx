@@ -1,5 +1,6 @@
 # distutils: sources = csrc/crc32c.c
-"""Native hot paths of the segmented log: index binary search, batch-header walks, index rebuild.
+"""Native hot paths of the segmented log: index binary search, batch-header walks, index rebuild,
+and the leader append's one pass over its batches (copy, CRC check and offset stamping).
 
 Pure twin: kraftlog.engine.log.index_pure (same functions, same errors). Public module:
 kraftlog.engine.log.index.
@@ -12,7 +13,14 @@ Layouts (all big-endian, as Kafka writes them):
     maxTimestamp i64 @35). A batch occupies 12 + batchLength bytes.
 """
 
-from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint32_t, uint64_t
+from cpython.pyport cimport PY_SSIZE_T_MAX
+from libc.string cimport memcpy
+from libc.errno cimport EINTR, EIO, errno
+from posix.types cimport off_t
+from posix.uio cimport iovec, pwritev
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.exc cimport PyErr_SetFromErrno
 
 from kraftlog.errors import CorruptRecordError
 
@@ -28,6 +36,10 @@ DEF MIN_BATCH_LENGTH = 49  # HEADER_SIZE - LOG_OVERHEAD
 DEF OFFSET_ENTRY = 8
 DEF TIME_ENTRY = 12
 DEF FIELDS = 6  # check_batches: position, size, base_offset, last_offset_delta, max_timestamp, epoch
+DEF ATTRIBUTES_AT = 21  # the CRC covers [attributes, end of batch)
+DEF COPY_CHUNK = 24576  # stamp_batches copies this much, then CRCs it while it is still in L1
+DEF STAMP_BYTES = 16  # baseOffset i64 | batchLength i32 | partitionLeaderEpoch i32: what a leader stamps
+DEF IOV_BATCH = 512  # batches per pwritev: two iovecs each, within Linux's IOV_MAX of 1024
 
 
 cdef inline uint32_t be_u32(const unsigned char *p) noexcept nogil:
@@ -258,3 +270,288 @@ def build_indexes(const int64_t[::1] positions, const int64_t[::1] sizes, const 
                 since = 0
             since += sizes[i]
     return n_off, n_time, since, max_ts, max_ts_offset
+
+
+cdef int stamp_status_error(int status, int64_t pos, Py_ssize_t capacity) except -1:
+    if status == 1:
+        raise CorruptRecordError("malformed or truncated batch header", position=pos)
+    if status == 2:
+        raise CorruptRecordError("batch CRC mismatch", position=pos)
+    if status == 3:
+        raise ValueError(f"more than {capacity} batches in one append")
+    if status == 4:
+        raise ValueError(f"offsets assigned from the batch at {pos} overflow int64")
+    return 0
+
+
+cdef tuple stamp_into(const unsigned char *s, int64_t end, Py_buffer *dst, bint verify_crc, int64_t next_offset,
+                      int32_t epoch, Py_buffer *out, Py_ssize_t slot, int64_t position):
+    if end > dst.len:
+        raise ValueError(f"{end} bytes of batches do not fit a write buffer of {dst.len} bytes")
+    if slot < 0 or slot * FIELDS * 8 > out.len:
+        raise ValueError(f"slot {slot} is outside the {out.len // (FIELDS * 8)} slots of out")
+    cdef unsigned char *d = <unsigned char *>dst.buf
+    cdef int64_t *o = <int64_t *>out.buf + slot * FIELDS
+    cdef int64_t pos = 0, size, done, chunk, delta, ts, max_ts = -1
+    cdef Py_ssize_t n = 0, capacity = out.len // (FIELDS * 8) - slot
+    cdef uint32_t crc = 0
+    cdef int status = 0  # 1 malformed, 2 crc, 3 capacity, 4 offset overflow
+    with nogil:
+        while pos < end:
+            if end - pos < HEADER_SIZE:
+                status = 1
+                break
+            # Everything below is read from our copy, never from src again: another thread may
+            # rewrite src meanwhile, but what is checked is exactly what will be written.
+            memcpy(d + pos, s + pos, HEADER_SIZE)
+            size = batch_size_at(d, pos, end)
+            if size < 0:
+                status = 1
+                break
+            done = HEADER_SIZE
+            if verify_crc:
+                crc = kl_crc32c(0, d + pos + ATTRIBUTES_AT, HEADER_SIZE - ATTRIBUTES_AT)
+            while done < size:
+                chunk = size - done if size - done < COPY_CHUNK else COPY_CHUNK
+                memcpy(d + pos + done, s + pos + done, <size_t>chunk)
+                if verify_crc:
+                    crc = kl_crc32c(crc, d + pos + done, <size_t>chunk)
+                done += chunk
+            if verify_crc and crc != be_u32(d + pos + 17):
+                status = 2
+                break
+            if n >= capacity:
+                status = 3
+                break
+            delta = <int32_t>be_u32(d + pos + 23)
+            if next_offset > INT64_MAX - delta - 1:
+                status = 4
+                break
+            ts = be_i64(d + pos + 35)
+            put_i64(d + pos, next_offset)               # baseOffset i64 @0
+            put_u32(d + pos + 12, <uint32_t>epoch)      # partitionLeaderEpoch i32 @12
+            o[n * FIELDS + 0] = position + pos
+            o[n * FIELDS + 1] = size
+            o[n * FIELDS + 2] = next_offset
+            o[n * FIELDS + 3] = delta
+            o[n * FIELDS + 4] = ts
+            o[n * FIELDS + 5] = epoch
+            if ts > max_ts:
+                max_ts = ts
+            next_offset += delta + 1
+            n += 1
+            pos += size
+    stamp_status_error(status, pos, capacity)
+    return n, next_offset - 1, max_ts
+
+
+def stamp_batches(src, dst, bint verify_crc, int64_t next_offset, int32_t epoch, out, Py_ssize_t slot=0,
+                  int64_t position=0):
+    """The leader's append in one pass: copy the batches filling ``src`` exactly into ``dst``,
+    CRC-checking each copy (when ``verify_crc``) and stamping its baseOffset (offsets assigned
+    from ``next_offset`` on) and partitionLeaderEpoch (``epoch``); both sit outside the CRC.
+
+    ``out`` (int64, writable) receives check_batches' 6 fields per batch from slot ``slot`` on:
+    position (+ ``position``: where the batches will sit in the segment), size, the stamped base
+    offset, last offset delta, max timestamp, epoch. Returns (batch count, last offset assigned,
+    max timestamp; -1 when no batch has one). Errors are check_batches' (CorruptRecordError with
+    the position in ``src``; ValueError when ``out`` has no room), plus ValueError when ``dst``
+    is too small or the offsets would overflow. ``src`` is never written; after an error ``dst``
+    and ``out`` hold garbage.
+    """
+    cdef Py_buffer view, target, fields
+    PyObject_GetBuffer(src, &view, PyBUF_SIMPLE)
+    try:
+        PyObject_GetBuffer(dst, &target, PyBUF_SIMPLE | PyBUF_WRITABLE)
+        try:
+            PyObject_GetBuffer(out, &fields, PyBUF_SIMPLE | PyBUF_WRITABLE)
+            try:
+                return stamp_into(<const unsigned char *>view.buf, view.len, &target, verify_crc, next_offset,
+                                  epoch, &fields, slot, position)
+            finally:
+                PyBuffer_Release(&fields)
+        finally:
+            PyBuffer_Release(&target)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef tuple stamp_headers_into(const unsigned char *s, int64_t end, Py_buffer *headers, bint verify_crc,
+                              int64_t next_offset, int32_t epoch, Py_buffer *out, Py_ssize_t slot,
+                              int64_t position, Py_ssize_t max_batches):
+    cdef Py_ssize_t slots = out.len // (FIELDS * 8)
+    if slot < 0 or slot > slots or headers.len < slots * STAMP_BYTES:
+        raise ValueError(f"slot {slot} is outside the {slots} slots of out, or headers holds fewer")
+    cdef unsigned char *h = <unsigned char *>headers.buf + slot * STAMP_BYTES
+    cdef int64_t *o = <int64_t *>out.buf + slot * FIELDS
+    cdef int64_t pos = 0, size, delta, ts, max_ts = -1
+    cdef Py_ssize_t n = 0, capacity = slots - slot if slots - slot < max_batches else max_batches
+    cdef int status = 0  # 1 malformed, 2 crc, 3 capacity, 4 offset overflow
+    with nogil:
+        while pos < end:
+            size = batch_size_at(s, pos, end)
+            if size < 0:
+                status = 1
+                break
+            if verify_crc and kl_crc32c(0, s + pos + ATTRIBUTES_AT, <size_t>(size - ATTRIBUTES_AT)) != be_u32(s + pos + 17):
+                status = 2
+                break
+            if n >= capacity:
+                status = 3
+                break
+            delta = <int32_t>be_u32(s + pos + 23)
+            if next_offset > INT64_MAX - delta - 1:
+                status = 4
+                break
+            ts = be_i64(s + pos + 35)
+            put_i64(h + n * STAMP_BYTES, next_offset)                    # baseOffset i64 @0
+            memcpy(h + n * STAMP_BYTES + 8, s + pos + 8, 4)              # batchLength i32 @8, as is
+            put_u32(h + n * STAMP_BYTES + 12, <uint32_t>epoch)           # partitionLeaderEpoch i32 @12
+            o[n * FIELDS + 0] = position + pos
+            o[n * FIELDS + 1] = size
+            o[n * FIELDS + 2] = next_offset
+            o[n * FIELDS + 3] = delta
+            o[n * FIELDS + 4] = ts
+            o[n * FIELDS + 5] = epoch
+            if ts > max_ts:
+                max_ts = ts
+            next_offset += delta + 1
+            n += 1
+            pos += size
+    stamp_status_error(status, pos, capacity)
+    return n, next_offset - 1, max_ts
+
+
+def stamp_headers(src, headers, bint verify_crc, int64_t next_offset, int32_t epoch, out, Py_ssize_t slot=0,
+                  int64_t position=0):
+    """stamp_batches without the copy, for a ``src`` nobody can change (bytes): the batches are
+    checked (CRC included) in place, and each one's stamped first 16 bytes (baseOffset,
+    batchLength, partitionLeaderEpoch) go to ``headers`` at 16 * slot; write_stamped then writes
+    them with the rest of ``src``. ``out``, the result and the errors are stamp_batches'.
+    """
+    cdef Py_buffer view, head, fields
+    PyObject_GetBuffer(src, &view, PyBUF_SIMPLE)
+    try:
+        PyObject_GetBuffer(headers, &head, PyBUF_SIMPLE | PyBUF_WRITABLE)
+        try:
+            PyObject_GetBuffer(out, &fields, PyBUF_SIMPLE | PyBUF_WRITABLE)
+            try:
+                return stamp_headers_into(<const unsigned char *>view.buf, view.len, &head, verify_crc, next_offset,
+                                          epoch, &fields, slot, position, PY_SSIZE_T_MAX)
+            finally:
+                PyBuffer_Release(&fields)
+        finally:
+            PyBuffer_Release(&head)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef int pwritev_all(int fd, iovec *iov, int count, int64_t position) noexcept nogil:
+    """pwritev every byte of ``iov`` at ``position``, continuing after short writes (EINTR
+    retried); 0, -1 with errno set, or -2 for a write that made no progress."""
+    cdef ssize_t written
+    while count > 0:
+        written = pwritev(fd, iov, count, <off_t>position)
+        if written < 0:
+            if errno == EINTR:
+                continue
+            return -1
+        if written == 0:
+            return -2
+        position += written
+        while count > 0 and <size_t>written >= iov[0].iov_len:
+            written -= iov[0].iov_len
+            iov += 1
+            count -= 1
+        if count > 0:
+            iov[0].iov_base = <char *>iov[0].iov_base + written
+            iov[0].iov_len -= <size_t>written
+    return 0
+
+
+cdef int write_described(Py_buffer *view, Py_buffer *head, Py_buffer *fields, Py_ssize_t slot, Py_ssize_t n,
+                         int fd, int64_t position) except -1:
+    """Write the ``n`` batches described from ``slot`` on (positions from ``position``): per batch
+    its 16 stamped bytes from ``head``, the rest from ``view``; one pwritev per IOV_BATCH batches,
+    without the GIL. Every description is checked against the buffers before anything is written."""
+    cdef iovec iov[IOV_BATCH * 2]
+    cdef Py_ssize_t i, done = 0, k
+    cdef int64_t rel, size, at = position, round_bytes
+    cdef int64_t *o = <int64_t *>fields.buf
+    cdef int rc = 0
+    if slot < 0 or n < 0 or (slot + n) * FIELDS * 8 > fields.len or (slot + n) * STAMP_BYTES > head.len:
+        raise ValueError(f"slots [{slot}, {slot + n}) are outside out or headers")
+    for i in range(n):
+        rel, size = o[(slot + i) * FIELDS] - position, o[(slot + i) * FIELDS + 1]
+        if rel < 0 or size < STAMP_BYTES or rel + size > view.len:
+            raise ValueError(f"batch {i} at {rel} (+{size}) is outside the {view.len} bytes of src")
+    with nogil:
+        while done < n and rc == 0:
+            k = 0
+            round_bytes = 0
+            while k < IOV_BATCH and done + k < n:
+                rel = o[(slot + done + k) * FIELDS] - position
+                size = o[(slot + done + k) * FIELDS + 1]
+                iov[2 * k].iov_base = <char *>head.buf + (slot + done + k) * STAMP_BYTES
+                iov[2 * k].iov_len = STAMP_BYTES
+                iov[2 * k + 1].iov_base = <char *>view.buf + rel + STAMP_BYTES
+                iov[2 * k + 1].iov_len = <size_t>(size - STAMP_BYTES)
+                round_bytes += size
+                k += 1
+            rc = pwritev_all(fd, iov, <int>(2 * k), at)  # the batches are contiguous from position
+            at += round_bytes
+            done += k
+    if rc == -2:
+        raise OSError(EIO, f"write to fd {fd} made no progress")
+    if rc < 0:
+        PyErr_SetFromErrno(OSError)
+    return 0
+
+
+def write_stamped(src, headers, out, Py_ssize_t slot, Py_ssize_t n, int fd, int64_t position):
+    """Write the ``n`` batches that stamp_headers described from ``slot`` on at ``position`` of
+    the file ``fd`` (the position stamp_headers was given): per batch its 16 stamped bytes from
+    ``headers`` then the rest straight from ``src``, with one pwritev per 512 batches and the GIL
+    released. Raises OSError (errno set) when a write fails; some bytes may then have reached the
+    file, and the caller cuts it back."""
+    cdef Py_buffer view, head, fields
+    PyObject_GetBuffer(src, &view, PyBUF_SIMPLE)
+    try:
+        PyObject_GetBuffer(headers, &head, PyBUF_SIMPLE)
+        try:
+            PyObject_GetBuffer(out, &fields, PyBUF_SIMPLE)
+            try:
+                write_described(&view, &head, &fields, slot, n, fd, position)
+            finally:
+                PyBuffer_Release(&fields)
+        finally:
+            PyBuffer_Release(&head)
+    finally:
+        PyBuffer_Release(&view)
+
+
+def stamp_write(src, headers, bint verify_crc, int64_t next_offset, int32_t epoch, out, Py_ssize_t slot,
+                int64_t position, int fd, int64_t max_last_offset, Py_ssize_t max_batches):
+    """stamp_headers then write_stamped in one call (the append's hot path): nothing is written
+    when a batch is invalid (the errors of stamp_batches; more than ``max_batches`` batches is
+    one), and nothing either when the last offset would pass ``max_last_offset``: then the
+    result's count is -1. Returns (batch count, last offset, max timestamp)."""
+    cdef Py_buffer view, head, fields
+    PyObject_GetBuffer(src, &view, PyBUF_SIMPLE)
+    try:
+        PyObject_GetBuffer(headers, &head, PyBUF_SIMPLE | PyBUF_WRITABLE)
+        try:
+            PyObject_GetBuffer(out, &fields, PyBUF_SIMPLE | PyBUF_WRITABLE)
+            try:
+                n, last, max_ts = stamp_headers_into(<const unsigned char *>view.buf, view.len, &head, verify_crc,
+                                                     next_offset, epoch, &fields, slot, position, max_batches)
+                if last > max_last_offset:
+                    return -1, last, max_ts
+                write_described(&view, &head, &fields, slot, n, fd, position)
+                return n, last, max_ts
+            finally:
+                PyBuffer_Release(&fields)
+        finally:
+            PyBuffer_Release(&head)
+    finally:
+        PyBuffer_Release(&view)

@@ -5,7 +5,10 @@ Three pieces (the shape of tikv/raft-engine's ``FileSystem`` seam):
 - ``FileSystem`` / ``FileHandle``: the Protocols the log depends on. Deliberately small: open a
   file, positional vectored writes, reads, truncate (shrink or extend), fsync, memory-map, and the
   directory operations (list, rename, remove, fsync the directory).
-- ``RealFileSystem``: the operating system (``os.pwritev``, ``os.fdatasync``, ``mmap``).
+- ``RealFileSystem``: the operating system (``os.pwritev``, ``os.preadv``, ``os.fdatasync``,
+  ``mmap``). Its handles also expose ``fileno()``: the leader append's hot path writes through
+  the descriptor natively (CRC check and pwritev in one C call, segment.py / log.py). Handles
+  without ``fileno`` (FaultFileSystem's) get the same bytes through ``pwrite``.
 - ``FaultFileSystem``: a real file system that remembers what was made durable and can be told
   to fail. It writes through to real files, so memory maps read real bytes; ``crash()`` then
   rewrites every file to what "survived": everything fsynced plus a random prefix of what was not,
@@ -44,7 +47,14 @@ class FileHandle(Protocol):
         On error some prefix of the bytes may have reached the file: callers truncate back.
         """
 
+    def pwrite(self, data, position: int) -> None:
+        """``pwritev([data], position)`` for one bytes-like buffer (the append hot path)."""
+
     def pread(self, size: int, position: int) -> bytes: ...
+
+    def pread_into(self, buffer, position: int) -> int:
+        """Read up to ``len(buffer)`` bytes at ``position`` into the writable ``buffer``; returns
+        the count (less only at the end of the file)."""
 
     def truncate(self, size: int) -> None:
         """Set the file's length (shrinks, or extends with zeros)."""
@@ -111,17 +121,31 @@ class RealFileHandle:
         self.path = path
         self._fd = fd
 
+    def fileno(self) -> int:
+        """The descriptor, for the log's native write of a leader append (segment.py)."""
+        return self._fd
+
     def size(self) -> int:
         return os.fstat(self._fd).st_size
 
+    def pwrite(self, data, position: int) -> None:
+        written = os.pwrite(self._fd, data, position)
+        kind = type(data)
+        total = data.nbytes if kind is memoryview else len(data) if kind is bytes or kind is bytearray \
+            else memoryview(data).nbytes
+        if written < total:
+            self._finish_pwrite(memoryview(data).cast("B"), written, position)
+
+    def _finish_pwrite(self, view: memoryview, written: int, position: int) -> None:
+        # Short writes happen (signals, some file systems): continue where the kernel stopped.
+        while written < view.nbytes:
+            view, position = view[written:], position + written
+            written = os.pwrite(self._fd, view, position)
+
     def pwritev(self, buffers: Sequence, position: int) -> None:
         if len(buffers) == 1:
-            # One buffer: os.pwrite is measurably cheaper than os.pwritev (~10 us per 64 KiB here).
-            view = memoryview(buffers[0]).cast("B")
-            written = os.pwrite(self._fd, view, position)
-            while written < view.nbytes:
-                view, position = view[written:], position + written
-                written = os.pwrite(self._fd, view, position)
+            # One buffer: os.pwrite is measurably cheaper than os.pwritev.
+            self.pwrite(buffers[0], position)
             return
         views = [memoryview(b).cast("B") for b in buffers]
         total = sum(v.nbytes for v in views)
@@ -135,6 +159,16 @@ class RealFileHandle:
 
     def pread(self, size: int, position: int) -> bytes:
         return os.pread(self._fd, size, position)
+
+    def pread_into(self, buffer, position: int) -> int:
+        view = memoryview(buffer).cast("B")
+        done = 0
+        while done < view.nbytes:
+            got = os.preadv(self._fd, [view[done:]], position + done)
+            if not got:
+                break
+            done += got
+        return done
 
     def truncate(self, size: int) -> None:
         os.ftruncate(self._fd, size)
@@ -276,9 +310,16 @@ class FaultFileHandle:
         if err is not None:
             raise err
 
+    def pwrite(self, data, position: int) -> None:
+        self.pwritev([data], position)
+
     def pread(self, size: int, position: int) -> bytes:
         self._check("read")
         return self._inner.pread(size, position)
+
+    def pread_into(self, buffer, position: int) -> int:
+        self._check("read")
+        return self._inner.pread_into(buffer, position)
 
     def truncate(self, size: int) -> None:
         self._check("truncate")

@@ -16,7 +16,8 @@ The time index holds (max timestamp so far, offset of the batch that had it), ap
 same moments when the timestamp grew.
 
 The active segment's index files are pre-allocated to ``max_index_bytes`` and mapped
-read-write; the number of valid entries lives in memory. On a clean close (or a roll) the file is
+read-write from their first entry on (an open and close without appends leaves them untouched);
+the number of valid entries lives in memory. On a clean close (or a roll) the file is
 trimmed to its valid entries, so on the next clean open ``entries = file size / entry size``. A
 file left pre-allocated by a crash is never read: without the clean-shutdown marker every index is
 rebuilt from the log (see recovery.py), as Kafka does.
@@ -39,6 +40,10 @@ find_batch = _impl.find_batch
 read_span = _impl.read_span
 walk_batches = _impl.walk_batches
 check_batches = _impl.check_batches
+stamp_batches = _impl.stamp_batches
+stamp_headers = _impl.stamp_headers
+write_stamped = _impl.write_stamped
+stamp_write = _impl.stamp_write
 build_indexes = _impl.build_indexes
 
 CHECK_FIELDS = 6  # check_batches: position, size, base_offset, last_offset_delta, max_timestamp, epoch
@@ -48,7 +53,12 @@ _TIME_ENTRY = struct.Struct(">qi")
 
 
 class _Index:
-    """A pre-allocated, memory-mapped file of fixed-size entries; only ``entries`` are valid."""
+    """A pre-allocated, memory-mapped file of fixed-size entries; only ``entries`` are valid.
+
+    The file is made writable (extended to ``max_entries`` and mapped read-write) only when an
+    entry is first written, so opening and closing a log without appends leaves index files
+    untouched: nothing to fsync. ``dirty`` says the file changed since it was last made durable.
+    """
 
     entry = _OFFSET_ENTRY
 
@@ -59,9 +69,11 @@ class _Index:
         self.max_entries = max(1, max_index_bytes // self.entry.size)
         self.entries = 0
         self.writable = False
+        self.dirty = False
         self.existed = fs.exists(path)  # a missing index is rebuilt, never assumed empty
         self._handle: FileHandle | None = fs.open(path, create=True)
         self._map = None
+        self._last: tuple[int, int] | None = None  # (slot, key) last written: append's order check
 
     # -- mapping --------------------------------------------------------------------------------
 
@@ -71,7 +83,30 @@ class _Index:
         if size % self.entry.size:
             raise LogCorruptionError(f"index size {size} is not a multiple of {self.entry.size}", path=self.path)
         self.entries = min(size // self.entry.size, self.max_entries)
+        self._last = None
         self._map_read_only()
+
+    def adopt(self, expected) -> bool:
+        """Keep the file, read-only and unchanged, when it holds exactly ``expected`` (a sealed
+        index's bytes); False, with nothing changed, when it does not."""
+        size = self._handle.size()
+        if size != len(expected) or size > self.max_entries * self.entry.size:
+            return False
+        if size and self._handle.pread(size, 0) != expected:
+            return False
+        self._unmap()
+        self.writable = False
+        self.entries = size // self.entry.size
+        self._last = None
+        self._map_read_only()
+        return True
+
+    def write_entries(self, data) -> None:
+        """Replace every entry with ``data`` (whole entries), in the writable file."""
+        self.make_writable()
+        self._map[:len(data)] = data
+        self.entries = len(data) // self.entry.size
+        self._last = None
 
     def make_writable(self) -> None:
         """Extend the file to its pre-allocated size and map it read-write (the active segment)."""
@@ -79,13 +114,20 @@ class _Index:
             return
         self._unmap()
         self._handle.truncate(self.max_entries * self.entry.size)
+        self.dirty = True
         self._map = self._handle.map(self.max_entries * self.entry.size, writable=True)
         self.writable = True
 
     def seal(self) -> None:
-        """Trim the file to its valid entries and map it read-only (segment rolled or closed)."""
+        """Trim the file to its valid entries and map it read-only (segment rolled or closed).
+
+        An index that was never made writable and already holds exactly its entries is left
+        alone (no truncate, so nothing new to fsync)."""
+        if not self.writable and self._handle.size() == self.entries * self.entry.size:
+            return
         self._unmap()
         self._handle.truncate(self.entries * self.entry.size)
+        self.dirty = True
         self.writable = False
         self._map_read_only()
 
@@ -95,17 +137,17 @@ class _Index:
         self._map = self._handle.map(length) if length else None
 
     def _unmap(self) -> None:
+        # No msync: the writes are in the page cache already (MAP_SHARED), and sync()'s fdatasync
+        # writes back the mapped dirty pages too.
         if self._map is not None:
-            if self.writable:
-                self._map.flush()
             self._map.close()
             self._map = None
 
     def sync(self) -> None:
-        """Make the index durable (used before the clean-shutdown marker is written)."""
-        if self._map is not None and self.writable:
-            self._map.flush()
-        self._handle.sync()
+        """Make the index durable when it changed (before the clean-shutdown marker is written)."""
+        if self.dirty:
+            self._handle.sync()
+            self.dirty = False
 
     def close(self) -> None:
         self._unmap()
@@ -124,6 +166,7 @@ class _Index:
 
     def reset(self) -> None:
         self.entries = 0
+        self._last = None
 
     def raw_entries(self) -> bytes:
         """The valid entries' bytes (tests compare rebuilt indexes with appended ones)."""
@@ -131,8 +174,15 @@ class _Index:
 
     def _put(self, slot: int, a: int, b: int) -> None:
         if not self.writable:
-            raise RuntimeError(f"{self.path} is sealed")
+            self.make_writable()
         self.entry.pack_into(self._map, slot * self.entry.size, a, b)
+        self.dirty = True
+        self._last = (slot, a)
+
+    def _last_key(self, slot: int) -> int:
+        """First field of entry ``slot`` (the last valid one), from the cache when it is fresh."""
+        last = self._last
+        return last[1] if last is not None and last[0] == slot else self._get(slot)[0]
 
     def _get(self, slot: int) -> tuple[int, int]:
         return self.entry.unpack_from(self._map, slot * self.entry.size)
@@ -145,12 +195,14 @@ class OffsetIndex(_Index):
 
     def append(self, offset: int, position: int) -> bool:
         """Add (offset, position); returns False when the index is full. Offsets must grow."""
-        if self.entries >= self.max_entries:
+        n = self.entries
+        if n >= self.max_entries:
             return False
-        if self.entries and offset <= self.last_entry()[0]:
+        rel = offset - self.base_offset
+        if n and rel <= self._last_key(n - 1):
             raise ValueError(f"index offset {offset} does not follow {self.last_entry()[0]} in {self.path}")
-        self._put(self.entries, offset - self.base_offset, position)
-        self.entries += 1
+        self._put(n, rel, position)
+        self.entries = n + 1
         return True
 
     def last_entry(self) -> tuple[int, int]:
@@ -190,10 +242,11 @@ class TimeIndex(_Index):
 
     def maybe_append(self, timestamp: int, offset: int) -> bool:
         """Add (timestamp, offset) when the timestamp grew past the last entry (-1 when empty)."""
-        if self.entries >= self.max_entries or timestamp <= self.last_entry()[0]:
+        n = self.entries
+        if n >= self.max_entries or timestamp <= (self._last_key(n - 1) if n else -1):
             return False
-        self._put(self.entries, timestamp, offset - self.base_offset)
-        self.entries += 1
+        self._put(n, timestamp, offset - self.base_offset)
+        self.entries = n + 1
         return True
 
     def last_entry(self) -> tuple[int, int]:

@@ -5,6 +5,8 @@ Same functions, same arguments, same results and errors.
 
 from __future__ import annotations
 
+import errno
+import os
 import struct
 
 from kraftlog.engine.records.wire_pure import crc32c
@@ -18,6 +20,8 @@ MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 OFFSET_ENTRY = 8
 TIME_ENTRY = 12
 FIELDS = 6
+STAMP_BYTES = 16  # baseOffset i64 | batchLength i32 | partitionLeaderEpoch i32: what a leader stamps
+_INT64_MAX = (1 << 63) - 1
 
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -151,6 +155,122 @@ def check_batches(buf, verify_crc: bool, out) -> int:
         n += 1
         pos += size
     return n
+
+
+def _slots(out) -> tuple[memoryview, int]:
+    fields = memoryview(out).cast("B")
+    return fields.cast("q"), len(fields) // (FIELDS * 8)
+
+
+def _stamp(view: memoryview, verify_crc: bool, next_offset: int, epoch: int, fields: memoryview, slot: int,
+           position: int, capacity: int, put) -> tuple[int, int, int]:
+    """The checks and descriptions shared by the stamping functions; ``put(i, pos, base)`` stamps
+    batch ``i`` (at ``pos`` in ``view``) with ``base``."""
+    pos = n = 0
+    max_ts = -1
+    while pos < len(view):
+        size = _batch_size_at(view, pos, len(view))
+        if size < 0:
+            raise CorruptRecordError("malformed or truncated batch header", position=pos)
+        crc = _PREFIX.unpack_from(view, pos)[4]
+        if verify_crc and crc32c(view[pos + 21:pos + size]) != crc:
+            raise CorruptRecordError("batch CRC mismatch", position=pos)
+        if n >= capacity:
+            raise ValueError(f"more than {capacity} batches in one append")
+        delta = _I32.unpack_from(view, pos + _LAST_DELTA_AT)[0]
+        if next_offset + delta + 1 > _INT64_MAX:
+            raise ValueError(f"offsets assigned from the batch at {pos} overflow int64")
+        ts = _I64.unpack_from(view, pos + _MAX_TS_AT)[0]
+        put(n, pos, next_offset)
+        for j, value in enumerate((position + pos, size, next_offset, delta, ts, epoch)):
+            fields[(slot + n) * FIELDS + j] = value
+        max_ts = max(max_ts, ts)
+        next_offset += delta + 1
+        n += 1
+        pos += size
+    return n, next_offset - 1, max_ts
+
+
+def stamp_batches(src, dst, verify_crc: bool, next_offset: int, epoch: int, out, slot: int = 0,
+                  position: int = 0) -> tuple[int, int, int]:
+    """The leader's append in one pass: copy ``src`` into ``dst``, check the copy as check_batches
+    does, stamp each batch's baseOffset (from ``next_offset`` on) and partitionLeaderEpoch, and
+    describe the batches into ``out`` from slot ``slot`` on (positions + ``position``).
+
+    Returns (batch count, last offset assigned, max timestamp or -1). See the native docstring.
+    """
+    view = _bytes(src)
+    target = memoryview(dst).cast("B")
+    if len(view) > len(target):
+        raise ValueError(f"{len(view)} bytes of batches do not fit a write buffer of {len(target)} bytes")
+    fields, slots = _slots(out)
+    if slot < 0 or slot > slots:
+        raise ValueError(f"slot {slot} is outside the {slots} slots of out")
+    target[:len(view)] = view  # checked below as copied, like the native pass
+    copy = target[:len(view)]
+
+    def put(_: int, pos: int, base: int) -> None:
+        _I64.pack_into(copy, pos, base)  # baseOffset i64 @0
+        _I32.pack_into(copy, pos + 12, epoch)  # partitionLeaderEpoch i32 @12
+
+    return _stamp(copy, verify_crc, next_offset, epoch, fields, slot, position, slots - slot, put)
+
+
+def _stamp_headers(src, headers, verify_crc: bool, next_offset: int, epoch: int, out, slot: int, position: int,
+                   max_batches: int) -> tuple[int, int, int]:
+    view = _bytes(src)
+    head = memoryview(headers).cast("B")
+    fields, slots = _slots(out)
+    if slot < 0 or slot > slots or len(head) < slots * STAMP_BYTES:
+        raise ValueError(f"slot {slot} is outside the {slots} slots of out, or headers holds fewer")
+
+    def put(i: int, pos: int, base: int) -> None:
+        at = (slot + i) * STAMP_BYTES
+        _I64.pack_into(head, at, base)  # baseOffset i64 @0
+        head[at + 8:at + 12] = view[pos + 8:pos + 12]  # batchLength i32 @8, as is
+        _I32.pack_into(head, at + 12, epoch)  # partitionLeaderEpoch i32 @12
+
+    return _stamp(view, verify_crc, next_offset, epoch, fields, slot, position, min(slots - slot, max_batches), put)
+
+
+def stamp_headers(src, headers, verify_crc: bool, next_offset: int, epoch: int, out, slot: int = 0,
+                  position: int = 0) -> tuple[int, int, int]:
+    """stamp_batches without the copy: each batch's stamped first 16 bytes go to ``headers`` at
+    16 * slot (see the native docstring)."""
+    return _stamp_headers(src, headers, verify_crc, next_offset, epoch, out, slot, position, _INT64_MAX)
+
+
+def write_stamped(src, headers, out, slot: int, n: int, fd: int, position: int) -> None:
+    """Write the ``n`` batches stamp_headers described from ``slot`` on at ``position`` of ``fd``:
+    per batch its 16 stamped bytes, then the rest of it from ``src`` (see the native docstring)."""
+    view, head = _bytes(src), memoryview(headers).cast("B")
+    fields = memoryview(out).cast("B").cast("q")
+    if slot < 0 or n < 0 or (slot + n) * FIELDS > len(fields) or (slot + n) * STAMP_BYTES > len(head):
+        raise ValueError(f"slots [{slot}, {slot + n}) are outside out or headers")
+    parts = []
+    for i in range(n):
+        rel, size = fields[(slot + i) * FIELDS] - position, fields[(slot + i) * FIELDS + 1]
+        if rel < 0 or size < STAMP_BYTES or rel + size > len(view):
+            raise ValueError(f"batch {i} at {rel} (+{size}) is outside the {len(view)} bytes of src")
+        parts += [head[(slot + i) * STAMP_BYTES:(slot + i + 1) * STAMP_BYTES], view[rel + STAMP_BYTES:rel + size]]
+    data = b"".join(parts)
+    done = 0
+    while done < len(data):
+        written = os.pwrite(fd, data[done:], position + done)
+        if not written:
+            raise OSError(errno.EIO, f"write to fd {fd} made no progress")
+        done += written
+
+
+def stamp_write(src, headers, verify_crc: bool, next_offset: int, epoch: int, out, slot: int, position: int,
+                fd: int, max_last_offset: int, max_batches: int) -> tuple[int, int, int]:
+    """stamp_headers then write_stamped; nothing written (count -1) when the last offset would
+    pass ``max_last_offset`` (see the native docstring)."""
+    n, last, max_ts = _stamp_headers(src, headers, verify_crc, next_offset, epoch, out, slot, position, max_batches)
+    if last > max_last_offset:
+        return -1, last, max_ts
+    write_stamped(src, headers, out, slot, n, fd, position)
+    return n, last, max_ts
 
 
 def build_indexes(positions, sizes, last_offsets, max_timestamps, base_offset: int, index_interval_bytes: int,

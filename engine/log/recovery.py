@@ -11,13 +11,18 @@ file and position, never skipped: a bad batch in a non-last segment, a bad batch
 valid one (its header is intact, and a batch with a good CRC starts right after it), and a valid
 batch whose offsets do not continue the log (the base offset is outside the CRC).
 
-Indexes are rebuilt from the scan with the same sparse rule the append path uses, so a
-rebuilt index is byte-identical to the one the appends wrote (tests check this).
+The scan reads each segment with pread into one reused buffer of a few MiB and runs the record
+codec's scan_batches over it (scan_segment): the same verdict as one scan over the whole file,
+without the cost of mapping it. Indexes are rebuilt from the scan with the same sparse rule the
+append path uses, in the form a seal leaves, so a rebuilt index is byte-identical to the one the
+appends wrote (tests check this); when the files already hold those bytes they are kept as they
+are: recovery of a log nothing changed writes no index, and nothing needs an fsync.
 """
 
 from __future__ import annotations
 
 import enum
+import struct
 
 import numpy as np
 
@@ -25,7 +30,16 @@ from kraftlog.engine.log.errors import LogCorruptionError
 from kraftlog.engine.log.index import build_indexes
 from kraftlog.engine.log.segment import Segment
 from kraftlog.engine.records import batch as batch_codec
+from kraftlog.engine.records.batch import ScanResult
 from kraftlog.engine.records.layout import HEADER_SIZE, LOG_OVERHEAD, MAGIC, MIN_BATCH_LENGTH
+
+# Recovery's pread size: large enough that the per-chunk cost (one scan_batches call, ~15 us)
+# is small beside the read and the CRC (~400 us per 4 MiB), small enough to stay in the last-level
+# cache, so the CRC reads what the kernel's copy just wrote there. Measured here: 1 MiB 7.0 GB/s,
+# 2 MiB 7.3, 4 MiB 7.5-7.9 (CPU time, 256 MiB segment in the page cache).
+SCAN_CHUNK_BYTES = 4 << 20
+_CUT_BY_THE_END = "truncated"  # scan_batches' reasons for bytes that end inside a header or a batch
+_TIME_ENTRY = struct.Struct(">qi")  # .timeindex entry: timestamp i64 | relativeOffset i32
 
 
 class RecoveryMode(enum.Enum):
@@ -63,25 +77,92 @@ def load_clean(seg: Segment) -> bool:
     return True
 
 
-def recover(seg: Segment, *, is_last: bool, mode: RecoveryMode, expected_base_offset: int | None):
+def recover(seg: Segment, *, is_last: bool, mode: RecoveryMode, expected_base_offset: int | None,
+            buffer: bytearray | None = None):
     """CRC-check every batch of ``seg``, truncate a torn tail (last segment, tolerant mode) and
     rebuild both indexes. Returns the ScanResult of the valid batches.
 
     ``expected_base_offset`` is where the previous segment ended (None for the first segment):
     the first batch must start there, and every batch must continue the one before it.
+    ``buffer`` is the scan's reused read buffer (one of SCAN_CHUNK_BYTES is made when None).
     """
     file_size = seg.file_size()
-    buf = seg.scan_buffer(file_size)
-    scan = batch_codec.scan_batches(buf, 0, file_size, verify_crc=True)
+    scan = scan_segment(seg, file_size, buffer if buffer is not None else bytearray(SCAN_CHUNK_BYTES))
     _check_offsets(seg, scan, expected_base_offset)
     if scan.error_position is not None:
-        _judge_bad_tail(seg, buf, file_size, scan, is_last=is_last, mode=mode)
+        _judge_bad_tail(seg, file_size, scan, is_last=is_last, mode=mode)
         seg.truncate_file(scan.valid_end)
-    del buf
     seg.size = scan.valid_end
     seg.next_offset = int(scan.last_offsets[-1]) + 1 if scan.batch_count else seg.base_offset
     rebuild_indexes(seg, scan)
     return scan
+
+
+def scan_segment(seg: Segment, file_size: int, buffer: bytearray) -> ScanResult:
+    """scan_batches over the segment's first ``file_size`` bytes, read with pread into ``buffer``.
+
+    The same result as one scan_batches over the whole file (same batches, same first invalid
+    position and reason), without mapping the file (a populated map of a 256 MiB segment cost
+    ~40 ms to build and ~10 ms to tear down, more than the CRC): each chunk is read into the
+    reused buffer and scanned; a batch cut by the chunk's end is carried to the buffer's start and
+    scanned whole with the next chunk; a batch larger than the buffer is checked through a plain
+    map of the file.
+    """
+    parts: list[ScanResult] = []
+    base = filled = 0  # the buffer holds the file's bytes [base, base + filled)
+    view = memoryview(buffer)
+    while True:
+        want = min(len(buffer), file_size - base) - filled
+        if want > 0:
+            got = seg.read_into(view[filled:filled + want], base + filled)
+            filled += got
+            if got < want:
+                file_size = base + filled  # the file shrank under us: its end is where reading stopped
+        at_end = base + filled >= file_size
+        scan = batch_codec.scan_batches(buffer, 0, filled)
+        parts.append(_shifted(scan, base))
+        stop = scan.error_position
+        if stop is None and at_end:
+            return _merged(parts, base + filled, None, None)
+        if stop is None:
+            base, filled = base + filled, 0
+            continue
+        if at_end or not scan.error_reason.startswith(_CUT_BY_THE_END):
+            return _merged(parts, base + stop, base + stop, scan.error_reason)
+        if stop == 0:  # one batch larger than the whole buffer
+            big = _scan_one_mapped(seg, base, file_size)
+            parts.append(big)
+            if big.error_position is not None:
+                return _merged(parts, big.valid_end, big.error_position, big.error_reason)
+            base, filled = big.valid_end, 0
+            continue
+        view[:filled - stop] = view[stop:filled]  # carry the cut batch's first bytes (a memmove)
+        base, filled = base + stop, filled - stop
+
+
+def _scan_one_mapped(seg: Segment, position: int, file_size: int) -> ScanResult:
+    """scan_batches of the one batch at ``position`` (its header is whole: it was cut only by
+    the buffer's end), through a map of the file; positions are the file's."""
+    buf = seg.map_file(file_size)
+    length = int.from_bytes(buf[position + 8:position + 12], "big", signed=True)
+    return batch_codec.scan_batches(buf, position, min(position + LOG_OVERHEAD + length, file_size))
+
+
+def _shifted(scan: ScanResult, base: int) -> ScanResult:
+    if not base or not scan.batch_count:
+        return scan
+    return scan._replace(positions=scan.positions + base)
+
+
+def _merged(parts: list[ScanResult], valid_end: int, error_position: int | None,
+            error_reason: str | None) -> ScanResult:
+    """One ScanResult of consecutive parts (positions already the file's)."""
+    parts = [p for p in parts if p.batch_count] or parts[:1]
+    if len(parts) == 1:
+        columns = parts[0][:8]
+    else:
+        columns = [np.concatenate([p[i] for p in parts]) for i in range(8)]
+    return ScanResult(*columns, valid_end, error_position, error_reason)
 
 
 def _check_offsets(seg: Segment, scan, expected_base_offset: int | None) -> None:
@@ -105,13 +186,13 @@ def _check_offsets(seg: Segment, scan, expected_base_offset: int | None) -> None
                                  path=seg.log_path, position=int(scan.positions[-1]))
 
 
-def _judge_bad_tail(seg: Segment, buf, file_size: int, scan, *, is_last: bool, mode: RecoveryMode) -> None:
+def _judge_bad_tail(seg: Segment, file_size: int, scan, *, is_last: bool, mode: RecoveryMode) -> None:
     """Raise unless the invalid bytes are a torn tail that ``mode`` lets us truncate."""
     position, reason = scan.error_position, scan.error_reason
     if not is_last:
         raise LogCorruptionError(f"invalid batch in a segment that is not the last ({reason})",
                                  path=seg.log_path, position=position)
-    if _followed_by_valid_batch(buf, position, file_size):
+    if _followed_by_valid_batch(seg, position, file_size):
         raise LogCorruptionError(f"invalid batch followed by valid data ({reason})",
                                  path=seg.log_path, position=position)
     if mode is RecoveryMode.STRICT:
@@ -119,35 +200,48 @@ def _judge_bad_tail(seg: Segment, buf, file_size: int, scan, *, is_last: bool, m
                                  "STRICT recovery does not truncate", path=seg.log_path, position=position)
 
 
-def _followed_by_valid_batch(buf, position: int, file_size: int) -> bool:
+def _followed_by_valid_batch(seg: Segment, position: int, file_size: int) -> bool:
     """True when the bad batch's header is intact and a CRC-valid batch starts right after it."""
     if file_size - position < HEADER_SIZE:
         return False
-    view = memoryview(buf)
+    view = memoryview(seg.map_file(file_size))
     length = int.from_bytes(view[position + 8:position + 12], "big", signed=True)
     if length < MIN_BATCH_LENGTH or view[position + 16] != MAGIC:
         return False
     nxt = position + LOG_OVERHEAD + length
     if nxt + HEADER_SIZE > file_size:
         return False
-    after = batch_codec.scan_batches(buf, nxt, file_size, verify_crc=True)
+    after = batch_codec.scan_batches(view, nxt, file_size, verify_crc=True)
     return after.batch_count > 0
 
 
 def rebuild_indexes(seg: Segment, scan) -> None:
-    """Rewrite ``.index`` / ``.timeindex`` from the scanned batches (the append path's rule)."""
-    seg.offset_index.reset()
-    seg.time_index.reset()
-    seg.make_active()
+    """Rebuild ``.index`` / ``.timeindex`` from the scanned batches (the append path's rule), in
+    their sealed form (with the final time entry a seal adds).
+
+    When the files already hold exactly those bytes (the usual case: the crash, or a lost
+    clean-shutdown marker, came after the segment was sealed) they are kept as they are, read-only
+    and not dirty: recovery then writes nothing, and the close after it has nothing to fsync.
+    """
+    off_cap, time_cap = seg.offset_index.max_entries, seg.time_index.max_entries
+    n = scan.batch_count
+    offset_buf = bytearray(8 * min(off_cap, n))
+    time_buf = bytearray(12 * min(time_cap, n + 1))  # + 1: the seal's final entry
     n_off, n_time, _, max_ts, max_ts_offset = build_indexes(
         np.ascontiguousarray(scan.positions, dtype=np.int64),
         np.ascontiguousarray(scan.size_bytes, dtype=np.int64),
         np.ascontiguousarray(scan.last_offsets, dtype=np.int64),
         np.ascontiguousarray(scan.max_timestamps, dtype=np.int64),
-        seg.base_offset, seg.index_interval_bytes, seg.offset_index.buffer, seg.time_index.buffer)
-    seg.offset_index.entries = n_off
-    seg.time_index.entries = n_time
+        seg.base_offset, seg.index_interval_bytes, offset_buf, time_buf)
+    last_time_ts = int.from_bytes(time_buf[12 * n_time - 12:12 * n_time - 4], "big", signed=True) if n_time else -1
+    if max_ts > last_time_ts and n_time < time_cap:  # what seal() appends (Kafka's final time entry)
+        _TIME_ENTRY.pack_into(time_buf, 12 * n_time, max_ts, max_ts_offset - seg.base_offset)
+        n_time += 1
+    offset_bytes, time_bytes = memoryview(offset_buf)[:8 * n_off], memoryview(time_buf)[:12 * n_time]
+    seg.offset_index.reset()
+    seg.time_index.reset()
+    if not (seg.offset_index.adopt(offset_bytes) and seg.time_index.adopt(time_bytes)):
+        seg.offset_index.write_entries(offset_bytes)
+        seg.time_index.write_entries(time_bytes)
     seg.reset_index_state()
     seg.max_timestamp, seg.offset_of_max_timestamp = max_ts, max_ts_offset
-    seg.bytes_since_last_index_entry = seg.size - (seg.offset_index.last_entry()[1] if n_off else 0)
-    seg.indexes_dirty = True

@@ -1,9 +1,11 @@
 """One log segment: ``<20-digit base offset>.log`` plus its ``.index`` and ``.timeindex``.
 
 The ``.log`` file is a plain concatenation of record batches v2 (layout:
-kraftlog.engine.records.layout); the segment's base offset is its first offset. Writes are
-positional vectored writes at ``size`` (the valid length, kept in memory); reads are zero-copy
-memoryviews of a read-only memory map of the file.
+kraftlog.engine.records.layout); the segment's base offset is its first offset. Writes go at
+``size`` (the valid length, kept in memory): through the handle's pwrite, or, for the leader's
+hot path, natively through the handle's descriptor (``fd``, when it has one: log.py). Reads are
+zero-copy memoryviews of a read-only memory map of the file; recovery reads with pread instead
+(recovery.py) and maps only for its rare paths.
 
 Memory maps and truncation. A reader may hold a memoryview of a batch for as long as it likes.
 Truncating a file under a live map would make those views fault (SIGBUS) when touched, so before
@@ -27,6 +29,13 @@ TIME_INDEX_SUFFIX = ".timeindex"
 SWAP_SUFFIX = ".swap"
 DELETED_SUFFIX = ".deleted"
 _BASE_OFFSET = struct.Struct(">q")
+
+
+def _descriptor(handle) -> int | None:
+    """The OS file descriptor of a handle that has one (RealFileHandle.fileno), else None: the
+    leader append then writes through the handle's pwrite instead of natively."""
+    fileno = getattr(handle, "fileno", None)
+    return fileno() if fileno is not None else None
 
 
 def segment_name(base_offset: int) -> str:
@@ -61,6 +70,7 @@ class Segment:
         self.log_path = stem + LOG_SUFFIX
         self.index_interval_bytes = index_interval_bytes
         self._handle = fs.open(self.log_path, create=create)
+        self.fd = _descriptor(self._handle)
         self.size = self._handle.size()
         self.offset_index = OffsetIndex(fs, stem + INDEX_SUFFIX, base_offset, max_index_bytes)
         self.time_index = TimeIndex(fs, stem + TIME_INDEX_SUFFIX, base_offset, max_index_bytes)
@@ -69,8 +79,8 @@ class Segment:
         self.offset_of_max_timestamp = -1
         self.bytes_since_last_index_entry = 0
         self.first_append_ms: int | None = None
-        self.dirty = False  # bytes written since the last fsync
-        self.indexes_dirty = False  # index files changed since they were last made durable
+        self.dirty = False  # bytes written since the last fsync (or, after a crash, maybe never fsynced)
+        self.indexes_writable = False  # both made writable by prepare_write (cleared by seal)
         self._map = None
         self._mapped = 0
         self._retired: list = []  # older maps that a reader still held a view of
@@ -85,14 +95,24 @@ class Segment:
             self._mapped = self.size
         return self._map if self._map is not None else b""
 
-    def scan_buffer(self, file_size: int):
-        """A map of the first ``file_size`` bytes pre-faulted for a sequential scan (recovery)."""
+    def map_file(self, file_size: int):
+        """A map of the first ``file_size`` bytes, valid or not (recovery's rare paths: a batch
+        larger than the scan buffer, looking past a bad batch); it stays the segment's map."""
         self._retire_map()
         if not file_size:
             return b""
-        self._map = self._handle.map(file_size, populate=True)
+        self._map = self._handle.map(file_size)
         self._mapped = file_size
         return self._map
+
+    def read_into(self, buffer, position: int) -> int:
+        """Read file bytes at ``position`` into ``buffer`` (recovery's scan); returns the count."""
+        read_into = getattr(self._handle, "pread_into", None)
+        if read_into is not None:
+            return read_into(buffer, position)
+        data = self._handle.pread(len(buffer), position)  # a FileHandle from before pread_into
+        buffer[:len(data)] = data
+        return len(data)
 
     def position_of(self, offset: int) -> int:
         """Position of the first batch whose last offset is >= ``offset`` (``size`` if none)."""
@@ -117,23 +137,33 @@ class Segment:
 
     # -- writing ------------------------------------------------------------------------------
 
-    def write(self, buffers, nbytes: int) -> None:
-        """Write ``nbytes`` of ``buffers`` at the end. On OSError the caller calls ``rollback``."""
-        self._handle.pwritev(buffers, self.size)
+    def write(self, data) -> None:
+        """Write the bytes-like ``data`` at the end. On OSError the caller calls ``rollback``."""
+        pwrite = getattr(self._handle, "pwrite", None)
+        if pwrite is not None:
+            pwrite(data, self.size)
+        else:  # a FileHandle from before pwrite
+            self._handle.pwritev([data], self.size)
         self.dirty = True
 
-    def commit_batch(self, position: int, size: int, last_offset: int, max_timestamp: int) -> None:
-        """Account for a batch now written at ``position``: indexes, max timestamp, end."""
-        if max_timestamp > self.max_timestamp:
-            self.max_timestamp = max_timestamp
-            self.offset_of_max_timestamp = last_offset
-        if self.bytes_since_last_index_entry > self.index_interval_bytes:
-            self.offset_index.append(last_offset, position)
-            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-            self.bytes_since_last_index_entry = 0
-        self.bytes_since_last_index_entry += size
-        self.size = position + size
-        self.next_offset = last_offset + 1
+    def commit_batches(self, fields, n: int) -> None:
+        """Index ``n`` batches already written (the log defers this; size and next_offset moved at
+        the write), described by ``fields`` slots 0..n-1 (check_batches' layout: position in this
+        segment, size, base offset, last offset delta, max timestamp, epoch): index entries by the
+        sparse rule, max timestamp, bytes since the last entry."""
+        interval, since = self.index_interval_bytes, self.bytes_since_last_index_entry
+        max_ts, max_ts_offset = self.max_timestamp, self.offset_of_max_timestamp
+        for k in range(0, n * 6, 6):
+            position, size, last, ts = fields[k], fields[k + 1], fields[k + 2] + fields[k + 3], fields[k + 4]
+            if ts > max_ts:
+                max_ts, max_ts_offset = ts, last
+            if since > interval:
+                self.offset_index.append(last, position)
+                self.time_index.maybe_append(max_ts, max_ts_offset)
+                since = 0
+            since += size
+        self.bytes_since_last_index_entry = since
+        self.max_timestamp, self.offset_of_max_timestamp = max_ts, max_ts_offset
 
     def rollback(self) -> None:
         """Cut the file back to ``size`` after a failed write (raises OSError if that fails too)."""
@@ -147,6 +177,12 @@ class Segment:
     @property
     def index_full(self) -> bool:
         return self.offset_index.is_full or self.time_index.is_full
+
+    @property
+    def index_room(self) -> int:
+        """Entries both indexes can still take (each batch adds at most one to each)."""
+        oi, ti = self.offset_index, self.time_index
+        return min(oi.max_entries - oi.entries, ti.max_entries - ti.entries)
 
     # -- state after recovery or truncation ---------------------------------------------------
 
@@ -208,6 +244,7 @@ class Segment:
         self.fs.sync_dir(self.directory)
         self._handle.close()
         self._handle = self.fs.open(self.log_path)
+        self.fd = _descriptor(self._handle)
         self._map, self._mapped, self._retired = None, 0, []
 
     def _retire_map(self) -> None:
@@ -233,9 +270,19 @@ class Segment:
     # -- life cycle ---------------------------------------------------------------------------
 
     def make_active(self) -> None:
-        self.indexes_dirty = True
+        """The segment takes appends again: its indexes become writable at their first entry."""
+
+    def prepare_write(self) -> None:
+        """Make both indexes writable before an append's bytes go out, so a failure to extend or
+        map them fails the append cleanly instead of striking after the data was written."""
         self.offset_index.make_writable()
         self.time_index.make_writable()
+        self.indexes_writable = True
+
+    @property
+    def indexes_dirty(self) -> bool:
+        """Index files changed since they were last made durable."""
+        return self.offset_index.dirty or self.time_index.dirty
 
     def seal(self) -> None:
         """The segment stops taking appends: final time entry (as Kafka), trim the indexes."""
@@ -243,16 +290,16 @@ class Segment:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
         self.offset_index.seal()
         self.time_index.seal()
+        self.indexes_writable = False
 
     def sync_indexes(self) -> None:
-        if self.indexes_dirty:
-            self.offset_index.sync()
-            self.time_index.sync()
-            self.indexes_dirty = False
+        self.offset_index.sync()
+        self.time_index.sync()
 
     def close(self) -> None:
         self._release_maps()
         self._retired = []
+        self.fd = None
         self.offset_index.close()
         self.time_index.close()
         self._handle.close()
