@@ -98,3 +98,28 @@ def test_column_encoded_partitions_equal_the_generic_codec(level):
     image = replay(values)
     fast, slow = write_image(image), write_image(image, fast=False)
     assert fast.records == slow.records and fast.losses == slow.losses
+
+
+def test_plain_partition_values_parse_back_and_others_are_refused():
+    """parse_plain_partition reads exactly the template's layout and refuses anything else."""
+    from kraftlog.engine.image.writer import parse_plain_partition
+
+    for level in (versions.parse("3.3-IV0"), versions.parse("3.7-IV2"), versions.LATEST):
+        shape = wl.WorkloadShape.scaled(300, replicas_per_broker=100, metadata_version=level)
+        image = replay(list(wl.generate(shape)) + list(wl.churn(shape, 300, seed=5)))
+        for value in write_image(image).values:
+            if value[1] != 3:
+                assert parse_plain_partition(value) is None
+                continue
+            d = codec.decode_record(value).data
+            parsed = parse_plain_partition(value)
+            assert parsed == (d["PartitionId"], d["TopicId"].bytes, tuple(d["Replicas"]), tuple(d["Isr"]), d["Leader"],
+                              d["LeaderEpoch"], d["PartitionEpoch"])
+    tid = uuid.uuid4()
+    odd = [codec.encode_record("PartitionRecord", 2, {"TopicId": tid, "PartitionId": 0, "Replicas": [1], "Isr": [1],
+                                                      "Leader": 1, "LeaderRecoveryState": 1}),
+           codec.encode_record("PartitionRecord", 1, {"TopicId": tid, "PartitionId": 0, "Replicas": [1], "Isr": [1],
+                                                      "Leader": 1, "Directories": [uuid.uuid4()]}),
+           codec.encode_record("PartitionRecord", 0, {"TopicId": tid, "PartitionId": 0, "Replicas": [1, 2], "Isr": [1],
+                                                      "Leader": 1, "AddingReplicas": [2]})]
+    assert [parse_plain_partition(v) for v in odd] == [None, None, None]

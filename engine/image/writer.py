@@ -14,6 +14,7 @@ the default and lose nothing.
 
 from __future__ import annotations
 
+import struct
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -269,3 +270,37 @@ def _partition_data(reg, version: int) -> dict:
     if reg.last_known_elr:
         data["LastKnownElr"] = list(reg.last_known_elr)
     return data
+
+
+_PLAIN_HEAD = struct.Struct(">i16s")  # PartitionId, TopicId after the 3 frame bytes
+
+
+def parse_plain_partition(value) -> tuple | None:
+    """The inverse of the plain PartitionRecord template (see _encode_plain_partitions): for a value
+    in exactly that layout, (partition_id, topic id bytes, replicas, isr, leader, leader_epoch,
+    partition_epoch); None for any other value (the caller then uses the generic codec)."""
+    n = len(value)
+    if n < 3 + 20 + 2 or value[0] != 1 or value[1] != 3 or value[2] > 2:
+        return None
+    version = value[2]
+    pos = 23
+    r = value[pos] - 1
+    if not 0 < r < 0x7F:
+        return None
+    i_at = pos + 1 + 4 * r
+    if i_at >= n:
+        return None
+    i = value[i_at] - 1
+    if not 0 < i < 0x7F:
+        return None
+    tail = i_at + 1 + 4 * i  # removing, adding, leader, epochs
+    dirs = 1 + 16 * r if version >= 1 else 0
+    if n != tail + 2 + 12 + dirs + 1 or value[tail] != 1 or value[tail + 1] != 1 or value[n - 1] != 0:
+        return None
+    if dirs and (value[tail + 14] != r + 1 or any(value[tail + 15:n - 1])):
+        return None  # directories other than MIGRATING: not the plain shape
+    pid, tid = _PLAIN_HEAD.unpack_from(value, 3)
+    replicas = struct.unpack_from(f">{r}i", value, pos + 1)
+    isr = struct.unpack_from(f">{i}i", value, i_at + 1)
+    leader, leader_epoch, partition_epoch = struct.unpack_from(">iii", value, tail + 2)
+    return pid, tid, replicas, isr, leader, leader_epoch, partition_epoch

@@ -28,6 +28,7 @@ from kraftlog.engine.image.topics import (
     PartitionRegistration,
     TopicView,
 )
+from kraftlog.engine.image.writer import parse_plain_partition
 from kraftlog.engine.records import batch
 from kraftlog.engine.records import metadata as codec
 from kraftlog.engine.records.wire import decode_uvarint
@@ -186,6 +187,12 @@ class LazySnapshotImage:
             at = first + int(self._p_id[first:first + count].searchsorted(np.int32(partition_id), side="right")) - 1
             if at < first or self._p_id.item(at) != partition_id:
                 return None
+        value = self._value(self._p_pos.item(at), self._p_len.item(at))
+        plain = parse_plain_partition(value)
+        if plain is not None:  # the common shape: one struct read instead of the generic codec
+            pid, _, replicas, isr, leader, leader_epoch, partition_epoch = plain
+            return PartitionRegistration(halves, name, pid, leader, leader_epoch, partition_epoch, 0, replicas, isr,
+                                         (), (), (), (), (), epoch)
         d = self._record(self._p_pos.item(at), self._p_len.item(at)).data
         directories = d.get("Directories") or ()
         if all(x == MIGRATING_DIRECTORY for x in directories):
