@@ -19,6 +19,7 @@ hash_ids = _impl.hash_ids
 lookup_ids_raw = _impl.lookup_ids
 first_candidates_raw = _impl.first_candidates
 row_spec = _impl.row_spec
+candidates_raw = _impl.candidates
 read_row = _impl.read_row
 
 EMPTY = -1
