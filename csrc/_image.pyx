@@ -213,6 +213,10 @@ cdef inline object _read_scalar(intptr_t addr, Py_ssize_t stride, int size, Py_s
 
 def read_row(spec, Py_ssize_t local):
     """The row ``local`` as a flat tuple: every scalar, then every list as a tuple (-1s dropped)."""
+    return _read_row(spec, local)
+
+
+cdef tuple _read_row(spec, Py_ssize_t local):
     cdef tuple sspec = spec[0], lspec = spec[1]
     cdef Py_ssize_t ns = len(sspec), nl = len(lspec), i, j, width
     cdef const int32_t *row
@@ -232,3 +236,62 @@ def read_row(spec, Py_ssize_t local):
             j += 1
         out[ns + i] = tuple([row[k] for k in range(j)])
     return tuple(out)
+
+
+
+# -- one-call partition lookup ---------------------------------------------------------------------
+# index_spec: (address of slot_hash, address of slot_row, size, keepalive) of a published (never
+# written again) name index. lookup_partition does in one call what TopicsImage.partition does:
+# hash the name's UTF-8, probe, verify the name against the topic-name chunks, read the topic row
+# (id_hi, id_lo, topic_epoch, first_row, partition_count) and the partition row, and return the
+# registration's fields as one tuple (or None). Chunk specs come from chunk.spec, made by
+# make_spec(chunk, kind) (0 topics, 1 partitions) the first time.
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize
+
+
+def index_spec(slot_hash, slot_row):
+    if slot_hash.dtype.itemsize != 4 or slot_row.dtype.itemsize != 4 or len(slot_hash) != len(slot_row):
+        raise ValueError("slot arrays must be uint32/int32 of one length")
+    return (slot_hash.__array_interface__["data"][0], slot_row.__array_interface__["data"][0], len(slot_row),
+            (slot_hash, slot_row))
+
+
+def lookup_partition(tuple ispec, tuple name_chunks, str name, tuple topic_chunks, tuple partition_chunks,
+                     Py_ssize_t partition_id, tuple directory_ids, make_spec):
+    cdef Py_ssize_t n
+    cdef const char *utf8 = PyUnicode_AsUTF8AndSize(name, &n)
+    cdef uint64_t h = fnv1a(<const uint8_t *>utf8, n)
+    cdef const uint32_t *slot_hash = <const uint32_t *><intptr_t>ispec[0]
+    cdef const int32_t *slot_row = <const int32_t *><intptr_t>ispec[1]
+    cdef Py_ssize_t size = ispec[2], probes = 0
+    cdef uint64_t mask = size - 1, s = h & mask
+    cdef int32_t row = -1, r
+    while probes < size:
+        r = slot_row[s]
+        if r == EMPTY:
+            return None
+        if r >= 0 and slot_hash[s] == <uint32_t>h and (<tuple>name_chunks[r >> 12])[r & 4095] == name:
+            row = r
+            break
+        s = (s + 1) & mask
+        probes += 1
+    if row < 0:
+        return None
+    chunk = topic_chunks[row >> 12]
+    spec = chunk.spec
+    if spec is None:
+        spec = make_spec(chunk, 0)
+    cdef tuple t = _read_row(spec, row & 4095)
+    if partition_id < 0 or partition_id >= <Py_ssize_t>t[4]:
+        return None
+    cdef Py_ssize_t prow = <Py_ssize_t>t[3] + partition_id
+    chunk = partition_chunks[prow >> 12]
+    spec = chunk.spec
+    if spec is None:
+        spec = make_spec(chunk, 1)
+    cdef tuple v = _read_row(spec, prow & 4095)
+    if <int32_t>v[0] < 0 or <int32_t>v[1] < 0:
+        return None
+    codes = v[12]
+    directories = tuple([directory_ids[c] for c in codes]) if codes else ()
+    return ((t[0], t[1]), name, v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], directories, t[2])

@@ -20,6 +20,8 @@ lookup_ids_raw = _impl.lookup_ids
 first_candidates_raw = _impl.first_candidates
 row_spec = _impl.row_spec
 candidates_raw = _impl.candidates
+index_spec = _impl.index_spec
+lookup_partition = _impl.lookup_partition
 read_row = _impl.read_row
 
 EMPTY = -1
@@ -37,10 +39,19 @@ def slots_for(count: int) -> int:
 class HashIndex:
     """Immutable once ``frozen``; ``mutable_copy`` gives a writable one for a delta."""
 
-    __slots__ = ("slot_hash", "slot_row", "used", "frozen")
+    __slots__ = ("slot_hash", "slot_row", "used", "frozen", "_spec")
 
     def __init__(self, slot_hash: np.ndarray, slot_row: np.ndarray, used: int, frozen: bool = True):
         self.slot_hash, self.slot_row, self.used, self.frozen = slot_hash, slot_row, used, frozen
+        self._spec = None
+
+    @property
+    def spec(self) -> tuple:
+        """Addresses for lookup_partition; only for a frozen index (its arrays never change again)."""
+        assert self.frozen, "only a published index has a stable spec"
+        if self._spec is None:
+            self._spec = index_spec(self.slot_hash, self.slot_row)
+        return self._spec
 
     @classmethod
     def build(cls, hashes: np.ndarray, rows: np.ndarray) -> HashIndex:

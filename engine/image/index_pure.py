@@ -117,3 +117,29 @@ def read_row(spec, local: int) -> tuple:
     for a in lists:
         out.append(() if a.strides[0] == 0 else tuple(v for v in a[local].tolist() if v >= 0))
     return tuple(out)
+
+
+def index_spec(slot_hash, slot_row) -> tuple:
+    if slot_hash.dtype.itemsize != 4 or slot_row.dtype.itemsize != 4 or len(slot_hash) != len(slot_row):
+        raise ValueError("slot arrays must be uint32/int32 of one length")
+    return (slot_hash, slot_row, len(slot_row), None)
+
+
+def lookup_partition(ispec, name_chunks, name, topic_chunks, partition_chunks, partition_id, directory_ids,
+                     make_spec):
+    slot_hash, slot_row = ispec[0], ispec[1]
+    row = next((r for r in candidates(slot_hash, slot_row, hash_name(name.encode()))
+                if name_chunks[r >> 12][r & 4095] == name), None)
+    if row is None:
+        return None
+    chunk = topic_chunks[row >> 12]
+    t = read_row(chunk.spec or make_spec(chunk, 0), row & 4095)
+    if not 0 <= partition_id < t[4]:
+        return None
+    prow = t[3] + partition_id
+    chunk = partition_chunks[prow >> 12]
+    v = read_row(chunk.spec or make_spec(chunk, 1), prow & 4095)
+    if v[0] < 0 or v[1] < 0:
+        return None
+    directories = tuple(directory_ids[c] for c in v[12]) if v[12] else ()
+    return ((t[0], t[1]), name, v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], directories, t[2])

@@ -173,27 +173,11 @@ class TopicsImage:
                          int(a["partition_count"][local]), int(a["topic_epoch"][local]))
 
     def partition(self, topic_name: str, partition_id: int) -> PartitionRegistration | None:
-        """One partition by (topic name, partition id); the hot path, so written flat (each Python
-        call saved is ~5% of a lookup): probe the name index, verify the name, read the topic row,
-        read the partition row, build the registration."""
-        index, names = self.name_index, self.names
-        for row in _candidates(index.slot_hash, index.slot_row, _hash_name(topic_name.encode())):
-            if names[row >> CHUNK_SHIFT][row & CHUNK_MASK] == topic_name:
-                break
-        else:
-            return None
-        chunk = self.topics.chunks[row >> CHUNK_SHIFT]
-        topic = _read_row(chunk.spec or _topic_spec(chunk), row & CHUNK_MASK)
-        if not 0 <= partition_id < topic[4]:
-            return None
-        prow = topic[3] + partition_id
-        chunk = self.partitions.chunks[prow >> CHUNK_SHIFT]
-        v = _read_row(chunk.spec or _partition_spec(chunk), prow & CHUNK_MASK)
-        if v[0] < 0 or v[1] < 0:
-            return None
-        directories = tuple(self.directory_ids[i] for i in v[12]) if v[12] else ()
-        return _new_tuple(PartitionRegistration, ((topic[0], topic[1]), topic_name, v[1], v[2], v[3], v[4], v[5],
-                                                  v[6], v[7], v[8], v[9], v[10], v[11], directories, topic[2]))
+        """One partition by (topic name, partition id): the hot path, one native call (probe the name
+        index, verify the name, read the topic row and the partition row)."""
+        fields = _lookup_partition(self.name_index.spec, self.names, topic_name, self.topics.chunks,
+                                   self.partitions.chunks, partition_id, self.directory_ids, _make_spec)
+        return None if fields is None else _new_tuple(PartitionRegistration, fields)
 
     def partition_by_id(self, topic_id: uuid.UUID, partition_id: int) -> PartitionRegistration | None:
         row = self.topic_row_by_id(topic_id)
@@ -269,6 +253,12 @@ _new_tuple = tuple.__new__
 _read_row = hindex.read_row
 _hash_name = hindex.hash_name
 _candidates = hindex.candidates_raw
+_lookup_partition = hindex.lookup_partition
+assert CHUNK_SHIFT == 12, "lookup_partition (csrc/_image.pyx) addresses rows in chunks of 4096"
+
+
+def _make_spec(chunk, kind: int) -> tuple:
+    return _topic_spec(chunk) if kind == 0 else _partition_spec(chunk)
 
 _SCALARS = ("topic_row", "partition_id", "leader", "leader_epoch", "partition_epoch", "leader_recovery_state")
 _LISTS = ("replicas", "isr", "removing_replicas", "adding_replicas", "eligible_leader_replicas", "last_known_elr",
