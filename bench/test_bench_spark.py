@@ -1,0 +1,54 @@
+"""Micro benchmarks of the Spark pipeline on local[2] (report rows: bench/rows_spark.py): a full
+scan of a 100k-partition log through the `kraftlog` data source (Arrow batches from the native
+decoders) beside the same data source yielding Python tuples; and the distributed replay beside
+the single-node loader on the same directory."""
+
+from __future__ import annotations
+
+import pytest
+
+from kraftlog.bench import rows_spark as data
+
+PARTITIONS = 100_000
+
+
+@pytest.fixture(scope="module")
+def path():
+    return data.log_dir(PARTITIONS)
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = data.session()
+    yield session
+    session.stop()
+    data.session.cache_clear()
+
+
+@pytest.mark.benchmark(group="spark scan of a 100k-partition log, every column")
+def test_scan_arrow_ours(benchmark, spark, path):
+    benchmark.pedantic(data.scan_all, args=(spark, "kraftlog", path), rounds=3, warmup_rounds=1)
+
+
+@pytest.mark.benchmark(group="spark scan of a 100k-partition log, every column")
+def test_scan_tuples_peer(benchmark, spark, path):
+    benchmark.pedantic(data.scan_all, args=(spark, "kraftlog_tuples", path), rounds=3, warmup_rounds=1)
+
+
+@pytest.mark.benchmark(group="replay of a 100k-partition log with churn")
+def test_replay_spark_ours(benchmark, spark, path, tmp_path):
+    from kraftlog.engine.pipeline import replay as rp
+
+    def run():
+        frames = rp.replay(rp.read_for_replay(spark, path))
+        rp.write_replay(frames, str(tmp_path / "out"), count=False)
+        frames["records"].unpersist()
+
+    benchmark.pedantic(run, rounds=2, warmup_rounds=0)
+
+
+@pytest.mark.benchmark(group="replay of a 100k-partition log with churn")
+def test_replay_single_node_peer(benchmark, path):
+    from kraftlog.engine.image.logload import load_log_dir
+
+    benchmark.pedantic(load_log_dir, args=(path,), rounds=5, warmup_rounds=1)
