@@ -22,7 +22,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "image": ("kraftlog.engine.server.tools.image_cmd", "show or browse the metadata image (kafka-metadata-shell)"),
     "storage": ("kraftlog.engine.server.tools.storage_cmd", "random-uuid, format and info (kafka-storage)"),
     "quorum": ("kraftlog.engine.server.tools.quorum_cmd", "describe a live metadata quorum (kafka-metadata-quorum)"),
+    "spark": ("kraftlog.engine.server.spark_cmd", "replay and analyse metadata logs (one cluster or a fleet) on Apache Spark"),
     "gen": ("kraftlog.engine.server.tools.gen_cmd", "write the reference metadata workload as a log directory"),
+    "node": ("kraftlog.engine.server.node_cmd", "run a KRaft controller node (kraftlog node run)"),
 }
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
