@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -38,6 +37,7 @@ import textwrap
 import time
 
 from kraftlog.bench.timing import row
+from kraftlog.engine.server.localcluster import LocalCluster
 
 PAYLOAD_BYTES = 100
 BATCH_RECORDS = 1000
@@ -47,49 +47,22 @@ FAILOVER_ELECTION_TIMEOUT_MS = 500
 _CACHE: dict = {}
 
 
-class NodeCluster:
-    """Three raftnode processes; ``close()`` kills whatever still runs and removes the data."""
+class NodeCluster(LocalCluster):
+    """Three raftnode processes, started at once; ``close()`` kills whatever still runs and removes
+    the data (see kraftlog.engine.server.localcluster)."""
 
     def __init__(self, *extra_args: str, n: int = 3):
-        self.directory = tempfile.mkdtemp(prefix="kraftlog-raft-bench-")
+        super().__init__(tempfile.mkdtemp(prefix="kraftlog-raft-bench-"), n, backlog=256)
         self.extra = list(extra_args)
-        self.socks = {}
-        for i in range(1, n + 1):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            s.listen(256)
-            s.set_inheritable(True)
-            self.socks[i] = s
-        self.voters = {i: ("127.0.0.1", s.getsockname()[1]) for i, s in self.socks.items()}
-        arg = ",".join(f"{i}@{h}:{p}" for i, (h, p) in self.voters.items())
-        self.procs: dict[int, subprocess.Popen] = {}
-        try:
-            for i, s in self.socks.items():
-                p = subprocess.Popen([sys.executable, "-m", "kraftlog.engine.server.raftnode", "--node-id", str(i),
-                                      "--voters", arg, "--dir", os.path.join(self.directory, f"n{i}"),
-                                      "--listen-fd", str(s.fileno()), "--log-level", "WARNING", *self.extra],
-                                     pass_fds=(s.fileno(),), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-                self.procs[i] = p
-                if not p.stdout.readline().startswith(b"READY"):
-                    raise RuntimeError(f"raft node {i} did not start")
-        except BaseException:
-            self.close()
-            raise
+        self.start_all()
 
-    def kill(self, i: int) -> None:
-        p = self.procs.pop(i)
-        p.send_signal(signal.SIGKILL)
-        p.wait(10)
+    def command(self, i: int, listen_fd: int) -> list[str]:
+        return [sys.executable, "-m", "kraftlog.engine.server.raftnode", "--node-id", str(i), "--voters",
+                self.voters_arg, "--dir", self.dir_of(i), "--listen-fd", str(listen_fd), "--log-level", "WARNING",
+                *self.extra]
 
     def close(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.kill()
-        for p in self.procs.values():
-            p.wait(10)
-        self.procs.clear()
-        for s in self.socks.values():
-            s.close()
+        super().close()
         shutil.rmtree(self.directory, ignore_errors=True)
 
 

@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import uuid
@@ -41,6 +39,7 @@ from kio.static.primitive import i16, i32, i64, u16
 from kraftlog.engine.image.image import BrokerRegistration
 from kraftlog.engine.server import cli
 from kraftlog.engine.server.controller import place_replicas, rack_interleaved
+from kraftlog.engine.server.localcluster import LocalCluster
 from kraftlog.engine.server.raftnode import ClientError, _ClientConnection
 
 pytestmark = pytest.mark.slow
@@ -56,68 +55,23 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=60)
 
 
-class NodeCluster:
-    def __init__(self, directory: str, n: int = 3):
-        self.directory = directory
-        self.socks = {}
-        for i in range(1, n + 1):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            s.listen(128)
-            s.set_inheritable(True)
-            self.socks[i] = s
-        self.addresses = {i: ("127.0.0.1", s.getsockname()[1]) for i, s in self.socks.items()}
-        self.voters_arg = ",".join(f"{i}@{h}:{p}" for i, (h, p) in self.addresses.items())
-        self.procs: dict[int, subprocess.Popen] = {}
-
-    def dir_of(self, i: int) -> str:
-        return os.path.join(self.directory, f"n{i}")
+class NodeCluster(LocalCluster):
+    """Three `kraftlog node run` controller processes (see kraftlog.engine.server.localcluster)."""
 
     def format(self) -> None:
         for i in self.socks:
             assert cli.main(["storage", "format", "--cluster-id", CLUSTER_ID, "--node-id", str(i),
                              "--dir", self.dir_of(i)]) == 0
 
-    def start(self, i: int) -> None:
-        s = self.socks[i]
-        err = open(os.path.join(self.directory, f"node{i}.err"), "a")  # noqa: SIM115 (closed in close())
-        p = subprocess.Popen(
-            [sys.executable, "-m", "kraftlog.engine.server.cli", "node", "run", "--node-id", str(i),
-             "--controller-quorum-voters", self.voters_arg, "--dir", self.dir_of(i), "--listen-fd", str(s.fileno()),
-             "--election-timeout-ms", "300", "--fetch-timeout-ms", "600", "--request-timeout-ms", "400",
-             "--fetch-max-wait-ms", "200", "--session-timeout-ms", str(SESSION_TIMEOUT_MS)],
-            pass_fds=(s.fileno(),), stdout=subprocess.PIPE, stderr=err)
-        p.err_file = err
-        self.procs[i] = p
-        line = p.stdout.readline()
-        assert line.startswith(b"READY node=%d" % i), (line, self.stderr_of(i))
-
-    def kill(self, i: int) -> None:
-        p = self.procs.pop(i)
-        p.kill()
-        p.wait(10)
-        p.err_file.close()
+    def command(self, i: int, listen_fd: int) -> list[str]:
+        return [sys.executable, "-m", "kraftlog.engine.server.cli", "node", "run", "--node-id", str(i),
+                "--controller-quorum-voters", self.voters_arg, "--dir", self.dir_of(i), "--listen-fd", str(listen_fd),
+                "--election-timeout-ms", "300", "--fetch-timeout-ms", "600", "--request-timeout-ms", "400",
+                "--fetch-max-wait-ms", "200", "--session-timeout-ms", str(SESSION_TIMEOUT_MS)]
 
     def stop_all(self) -> None:
-        for p in self.procs.values():
-            p.send_signal(signal.SIGTERM)
-        for i, p in self.procs.items():
-            assert p.wait(15) == 0, self.stderr_of(i)
-
-    def stderr_of(self, i: int) -> str:
-        with open(os.path.join(self.directory, f"node{i}.err")) as f:
-            return f.read()
-
-    def close(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.kill()
-        for p in self.procs.values():
-            p.wait(10)
-            p.err_file.close()
-        self.procs.clear()
-        for s in self.socks.values():
-            s.close()
+        for i, code in super().stop_all().items():
+            assert code == 0, self.stderr_of(i)
 
 
 @pytest.fixture

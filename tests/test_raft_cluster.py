@@ -11,16 +11,14 @@ Every process is killed in a finalizer, whatever happens.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import socket
 import struct
-import subprocess
 import sys
 import time
 
 import pytest
 
+from kraftlog.engine.server.localcluster import LocalCluster
 from kraftlog.engine.server.raftnode import RaftClient
 
 pytestmark = pytest.mark.slow
@@ -32,55 +30,15 @@ FETCH_TIMEOUT_MS = 600
 FAILOVER_BOUND_S = (FETCH_TIMEOUT_MS + 4 * ELECTION_TIMEOUT_MS) / 1000 + 2.0
 
 
-class ProcessCluster:
-    def __init__(self, directory, n: int = 3):
-        self.directory = directory
-        self.socks = {}
-        for i in range(1, n + 1):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            s.listen(128)
-            s.set_inheritable(True)
-            self.socks[i] = s
-        self.voters = {i: ("127.0.0.1", s.getsockname()[1]) for i, s in self.socks.items()}
-        self.voters_arg = ",".join(f"{i}@{h}:{p}" for i, (h, p) in self.voters.items())
-        self.procs: dict[int, subprocess.Popen] = {}
+class ProcessCluster(LocalCluster):
+    """Three raftnode processes (see kraftlog.engine.server.localcluster)."""
 
-    def start(self, i: int) -> None:
-        s = self.socks[i]
-        err = open(os.path.join(self.directory, f"node{i}.err"), "a")  # noqa: SIM115 (closed in close())
-        p = subprocess.Popen(
-            [sys.executable, "-m", "kraftlog.engine.server.raftnode", "--node-id", str(i), "--voters",
-             self.voters_arg, "--dir", os.path.join(self.directory, f"n{i}"), "--listen-fd", str(s.fileno()),
-             "--cluster-id", "test-cluster", "--election-timeout-ms", str(ELECTION_TIMEOUT_MS),
-             "--election-backoff-max-ms", "150", "--fetch-timeout-ms", str(FETCH_TIMEOUT_MS),
-             "--request-timeout-ms", "400", "--fetch-max-wait-ms", "200"],
-            pass_fds=(s.fileno(),), stdout=subprocess.PIPE, stderr=err)
-        p.err_file = err
-        line = p.stdout.readline()
-        assert line.startswith(b"READY node=%d" % i), line
-        self.procs[i] = p
-
-    def kill(self, i: int) -> None:
-        p = self.procs.pop(i)
-        p.send_signal(signal.SIGKILL)
-        p.wait(10)
-        p.err_file.close()
-
-    def stderr_of(self, i: int) -> str:
-        with open(os.path.join(self.directory, f"node{i}.err")) as f:
-            return f.read()
-
-    def close(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.kill()
-        for p in self.procs.values():
-            p.wait(10)
-            p.err_file.close()
-        self.procs.clear()
-        for s in self.socks.values():
-            s.close()
+    def command(self, i: int, listen_fd: int) -> list[str]:
+        return [sys.executable, "-m", "kraftlog.engine.server.raftnode", "--node-id", str(i), "--voters",
+                self.voters_arg, "--dir", self.dir_of(i), "--listen-fd", str(listen_fd),
+                "--cluster-id", "test-cluster", "--election-timeout-ms", str(ELECTION_TIMEOUT_MS),
+                "--election-backoff-max-ms", "150", "--fetch-timeout-ms", str(FETCH_TIMEOUT_MS),
+                "--request-timeout-ms", "400", "--fetch-max-wait-ms", "200"]
 
 
 @pytest.fixture

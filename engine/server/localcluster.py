@@ -1,0 +1,100 @@
+"""Node processes on 127.0.0.1 with ephemeral ports: the launcher tests and benchmarks share.
+
+Each node's listening socket is bound here (port 0), kept open, and inherited by the node process
+(`--listen-fd`): ports are chosen by the kernel, nothing races for them, and a restarted node keeps
+its address. A node is up when it prints its ``READY`` line on stdout. Everything started is
+killed by ``close()`` (also on a failed start), so a failing test never leaves processes behind.
+Subclasses say how to start node ``i`` (``command``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+
+
+class LocalCluster:
+    def __init__(self, directory: str, n: int = 3, *, backlog: int = 128):
+        self.directory = directory
+        self.socks: dict[int, socket.socket] = {}
+        for i in range(1, n + 1):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            s.listen(backlog)
+            s.set_inheritable(True)
+            self.socks[i] = s
+        self.voters = {i: ("127.0.0.1", s.getsockname()[1]) for i, s in self.socks.items()}
+        self.addresses = self.voters
+        self.voters_arg = ",".join(f"{i}@{h}:{p}" for i, (h, p) in self.voters.items())
+        self.procs: dict[int, subprocess.Popen] = {}
+
+    def command(self, i: int, listen_fd: int) -> list[str]:
+        """The argv that starts node ``i`` listening on the inherited ``listen_fd``."""
+        raise NotImplementedError
+
+    def dir_of(self, i: int) -> str:
+        return os.path.join(self.directory, f"n{i}")
+
+    def _err_path(self, i: int) -> str:
+        return os.path.join(self.directory, f"node{i}.err")
+
+    def start(self, i: int) -> None:
+        s = self.socks[i]
+        os.makedirs(self.directory, exist_ok=True)
+        err = open(self._err_path(i), "a")  # noqa: SIM115 (closed when the process is reaped)
+        p = subprocess.Popen(self.command(i, s.fileno()), pass_fds=(s.fileno(),), stdout=subprocess.PIPE, stderr=err)
+        p.err_file = err
+        self.procs[i] = p
+        line = p.stdout.readline()
+        if not line.startswith(b"READY node=%d" % i):
+            raise RuntimeError(f"node {i} did not start ({line!r}): {self.stderr_of(i)[-2000:]}")
+
+    def start_all(self) -> None:
+        try:
+            for i in self.socks:
+                self.start(i)
+        except BaseException:
+            self.close()
+            raise
+
+    def kill(self, i: int, sig: int = signal.SIGKILL) -> None:
+        p = self.procs.pop(i)
+        p.send_signal(sig)
+        p.wait(10)
+        p.err_file.close()
+
+    def stop_all(self, timeout_s: float = 15) -> dict[int, int]:
+        """SIGTERM every node (a leader resigns first) and wait: node id -> exit code."""
+        for p in self.procs.values():
+            p.send_signal(signal.SIGTERM)
+        codes = {i: p.wait(timeout_s) for i, p in self.procs.items()}
+        for p in self.procs.values():
+            p.err_file.close()
+        self.procs.clear()
+        return codes
+
+    def stderr_of(self, i: int) -> str:
+        try:
+            with open(self._err_path(i)) as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def close(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+        for p in self.procs.values():
+            p.wait(10)
+            p.err_file.close()
+        self.procs.clear()
+        for s in self.socks.values():
+            s.close()
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
