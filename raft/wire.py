@@ -362,13 +362,16 @@ def _code(e: Errors) -> ErrorCode:
 
 
 def _one_partition(topics, what: str):
-    if len(topics) != 1 or len(topics[0].partitions) != 1:
+    # A damaged length decodes as a null array (None): refuse it like any other wrong shape.
+    if not topics or len(topics) != 1 or not topics[0].partitions or len(topics[0].partitions) != 1:
         raise WireFormatError(f"{what}: expected exactly one topic with one partition")
     return topics[0], topics[0].partitions[0]
 
 
 def _ms(td) -> int:
-    return int(td.total_seconds() * 1000)
+    # Integer arithmetic: total_seconds() * 1000 is a float (1.001 s -> 1000.9999...) and int() would
+    # truncate it to the wrong millisecond.
+    return td // datetime.timedelta(milliseconds=1)
 
 
 def request_to_kio(body):
@@ -424,7 +427,15 @@ def request_to_kio(body):
 def request_from_kio(msg) -> tuple[int, object]:
     """kio request entity -> (the sending node's id, our request value). The sender comes from
     the message itself (candidate, leader or replica id), as Kafka's handlers read it; an
-    admin's DescribeQuorum has none (NO_ID)."""
+    admin's DescribeQuorum has none (NO_ID). A message whose shape is wrong (e.g. a null array
+    from a damaged frame) raises WireFormatError."""
+    try:
+        return _request_from_kio(msg)
+    except (TypeError, AttributeError, ValueError) as exc:
+        raise WireFormatError(f"malformed {type(msg).__name__}: {exc}") from exc
+
+
+def _request_from_kio(msg) -> tuple[int, object]:
     if isinstance(msg, kvote_req.VoteRequest):
         _, p = _one_partition(msg.topics, "Vote")
         return p.replica_id, VoteRequest(msg.cluster_id, msg.voter_id, p.replica_epoch, p.replica_id,
@@ -521,7 +532,15 @@ def response_to_kio(body):
 
 def response_from_kio(msg, request=None):
     """kio response entity -> our response value. ``request`` is the request it answers (Vote's
-    PreVote is not echoed on the wire, so it is restored from there)."""
+    PreVote is not echoed on the wire, so it is restored from there). A message whose shape is
+    wrong raises WireFormatError."""
+    try:
+        return _response_from_kio(msg, request)
+    except (TypeError, AttributeError, ValueError) as exc:
+        raise WireFormatError(f"malformed {type(msg).__name__}: {exc}") from exc
+
+
+def _response_from_kio(msg, request=None):
     if isinstance(msg, kfetch_resp.FetchResponse):
         _, p = _one_partition(msg.responses, "Fetch response")
         div = p.diverging_epoch
@@ -640,7 +659,8 @@ def produce_response(error: Errors, base_offset: int, leader_id: int = NO_ID, le
 
 def produce_result(msg) -> tuple[Errors, int, int, int, str | None]:
     """(error, base offset, leader id, leader epoch, message) of a Produce v10 response."""
-    if len(msg.responses) != 1 or len(msg.responses[0].partition_responses) != 1:
+    if not msg.responses or len(msg.responses) != 1 or not msg.responses[0].partition_responses \
+            or len(msg.responses[0].partition_responses) != 1:
         raise WireFormatError("Produce response: expected exactly one topic with one partition")
     p = msg.responses[0].partition_responses[0]
     return (_err(p.error_code), p.base_offset, p.current_leader.leader_id, p.current_leader.leader_epoch,
