@@ -62,6 +62,17 @@ cdef inline void put_i64(unsigned char *p, int64_t v) noexcept nogil:
     put_u32(p + 4, <uint32_t>(<uint64_t>v & 0xFFFFFFFFu))
 
 
+cdef inline void put_fields(int64_t *row, int64_t position, int64_t size, int64_t base_offset,
+                            int64_t last_offset_delta, int64_t max_timestamp, int64_t epoch) noexcept nogil:
+    """One batch's FIELDS-wide row of check_batches' output (the layout beside FIELDS above)."""
+    row[0] = position
+    row[1] = size
+    row[2] = base_offset
+    row[3] = last_offset_delta
+    row[4] = max_timestamp
+    row[5] = epoch
+
+
 cdef int check_entries(const unsigned char[::1] buf, Py_ssize_t entries, Py_ssize_t entry_size) except -1:
     if entries < 0 or entries * entry_size > buf.shape[0]:
         raise ValueError(f"{entries} index entries do not fit in {buf.shape[0]} bytes")
@@ -214,12 +225,8 @@ def check_batches(const unsigned char[::1] buf, bint verify_crc, int64_t[::1] ou
             if n >= capacity:
                 status = 3
                 break
-            out[n * FIELDS + 0] = pos
-            out[n * FIELDS + 1] = size
-            out[n * FIELDS + 2] = be_i64(p + pos)
-            out[n * FIELDS + 3] = <int32_t>be_u32(p + pos + 23)
-            out[n * FIELDS + 4] = be_i64(p + pos + 35)
-            out[n * FIELDS + 5] = <int32_t>be_u32(p + pos + 12)
+            put_fields(&out[n * FIELDS], pos, size, be_i64(p + pos), <int32_t>be_u32(p + pos + 23),
+                       be_i64(p + pos + 35), <int32_t>be_u32(p + pos + 12))
             n += 1
             pos += size
     if status == 1:
@@ -330,12 +337,7 @@ cdef tuple stamp_into(const unsigned char *s, int64_t end, Py_buffer *dst, bint 
             ts = be_i64(d + pos + 35)
             put_i64(d + pos, next_offset)               # baseOffset i64 @0
             put_u32(d + pos + 12, <uint32_t>epoch)      # partitionLeaderEpoch i32 @12
-            o[n * FIELDS + 0] = position + pos
-            o[n * FIELDS + 1] = size
-            o[n * FIELDS + 2] = next_offset
-            o[n * FIELDS + 3] = delta
-            o[n * FIELDS + 4] = ts
-            o[n * FIELDS + 5] = epoch
+            put_fields(o + n * FIELDS, position + pos, size, next_offset, delta, ts, epoch)
             if ts > max_ts:
                 max_ts = ts
             next_offset += delta + 1
@@ -407,12 +409,7 @@ cdef tuple stamp_headers_into(const unsigned char *s, int64_t end, Py_buffer *he
             put_i64(h + n * STAMP_BYTES, next_offset)                    # baseOffset i64 @0
             memcpy(h + n * STAMP_BYTES + 8, s + pos + 8, 4)              # batchLength i32 @8, as is
             put_u32(h + n * STAMP_BYTES + 12, <uint32_t>epoch)           # partitionLeaderEpoch i32 @12
-            o[n * FIELDS + 0] = position + pos
-            o[n * FIELDS + 1] = size
-            o[n * FIELDS + 2] = next_offset
-            o[n * FIELDS + 3] = delta
-            o[n * FIELDS + 4] = ts
-            o[n * FIELDS + 5] = epoch
+            put_fields(o + n * FIELDS, position + pos, size, next_offset, delta, ts, epoch)
             if ts > max_ts:
                 max_ts = ts
             next_offset += delta + 1
