@@ -31,9 +31,6 @@ import collections
 import datetime
 import logging
 import os
-import random
-import signal
-import socket
 
 from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v2.header import RequestHeader
@@ -47,14 +44,13 @@ from kraftlog.engine.server.controller import (
     ControllerConfig,
     ImagePublisher,
 )
-from kraftlog.engine.server.raftlog import EngineRaftLog, FileSnapshotStore
 from kraftlog.engine.server.raftnode import RaftNode, parse_voters
+from kraftlog.engine.server.raftnode import serve as serve_node
 from kraftlog.errors import KraftlogError
 from kraftlog.raft import wire
-from kraftlog.raft.aio.driver import DriverConfig, MonotonicClock, RaftDriver
-from kraftlog.raft.aio.quorum_file import QuorumStateFile
+from kraftlog.raft.aio.driver import DriverConfig
 from kraftlog.raft.aio.transport import FrameConnection, RaftTransport
-from kraftlog.raft.core import RaftConfig, RaftCore
+from kraftlog.raft.core import RaftConfig
 
 log = logging.getLogger("kraftlog.node")
 
@@ -165,25 +161,21 @@ class ControllerNode(RaftNode):
     def __init__(self, node_id: int, voters: dict[int, tuple[str, int]], directory: str, *, cluster_id: str,
                  config: RaftConfig | None = None, driver_config: DriverConfig | None = None,
                  controller_config: ControllerConfig | None = None, seed: int | None = None):
-        self.node_id = node_id
-        self.voters = voters
-        self.directory = directory
-        partition_dir = os.path.join(directory, METADATA_LOG_DIRNAME)
-        os.makedirs(partition_dir, exist_ok=True)
-        self.snapshots = FileSnapshotStore(partition_dir)
-        self.log = EngineRaftLog(partition_dir, self.snapshots)
-        self.quorum = QuorumStateFile(partition_dir)
-        self.machine = ImagePublisher(on_leader_change=self._leader_changed)
-        rng = random.Random(seed if seed is not None else int.from_bytes(os.urandom(8), "big"))
-        self.core = RaftCore(node_id=node_id, voters=set(voters), cluster_id=cluster_id, clock=MonotonicClock(),
-                             rng=rng, log=self.log, quorum_store=self.quorum, snapshots=self.snapshots,
-                             config=config)
-        self.transport = ControllerTransport(node_id, voters)
-        self.driver = RaftDriver(self.core, log=self.log, quorum_store=self.quorum, snapshots=self.snapshots,
-                                 listener=self.machine, channel=self.transport, config=driver_config)
-        self.controller = Controller(node_id, cluster_id, self.driver, self.machine, controller_config, rng=rng)
+        super().__init__(node_id, voters, directory, cluster_id=cluster_id, config=config,
+                         driver_config=driver_config, seed=seed)
+        self.controller = Controller(node_id, cluster_id, self.driver, self.machine, controller_config, rng=self.rng)
         self.transport.controller = self.controller
-        self.port: int | None = None
+
+    def layout(self, directory: str) -> tuple[str, str, str]:
+        """Kafka's layout: segments, snapshots and quorum-state all in DIR/__cluster_metadata-0."""
+        partition_dir = os.path.join(directory, METADATA_LOG_DIRNAME)
+        return partition_dir, partition_dir, partition_dir
+
+    def make_listener(self):
+        return ImagePublisher(on_leader_change=self._leader_changed)
+
+    def make_transport(self, node_id: int, voters: dict[int, tuple[str, int]]):
+        return ControllerTransport(node_id, voters)
 
     @property
     def image(self):
@@ -238,21 +230,12 @@ async def serve(args) -> int:
     config = RaftConfig(election_timeout_ms=args.election_timeout_ms, fetch_timeout_ms=args.fetch_timeout_ms,
                         request_timeout_ms=args.request_timeout_ms, fetch_max_wait_ms=args.fetch_max_wait_ms)
     controller_config = ControllerConfig(session_timeout_ms=args.session_timeout_ms)
-    node = ControllerNode(args.node_id, voters, args.dir, cluster_id=cluster_id, config=config,
-                          controller_config=controller_config)
-    if args.listen_fd is not None:
-        port = await node.start(sock=socket.socket(fileno=args.listen_fd))
-    else:
-        default_host, default_port = voters[args.node_id]
-        host, _, port_text = (args.listen or f"{default_host}:{default_port}").rpartition(":")
-        port = await node.start(host=host, port=int(port_text))
-    print(f"READY node={args.node_id} port={port}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await node.stop(resign=True)
+    try:
+        node = ControllerNode(args.node_id, voters, args.dir, cluster_id=cluster_id, config=config,
+                              controller_config=controller_config)
+    except ValueError as exc:  # timeouts that cannot work together (RaftNode says which)
+        raise NodeError(str(exc)) from None
+    await serve_node(node, args.listen_fd, args.listen, voters[args.node_id])
     image = node.image
     log.info("stopped at offset %d: %d topics, %d partitions, %d brokers", node.machine.next_offset,
              image.topics.live_topics, image.topics.partition_count, len(image.cluster.brokers))

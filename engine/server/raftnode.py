@@ -108,19 +108,33 @@ class RaftNode:
         self.node_id = node_id
         self.voters = voters
         self.directory = directory
-        os.makedirs(directory, exist_ok=True)
-        self.snapshots = FileSnapshotStore(os.path.join(directory, "snapshots"))
-        self.log = EngineRaftLog(os.path.join(directory, "log"), self.snapshots)
-        self.quorum = QuorumStateFile(directory)
-        self.machine = CountingStateMachine()
-        rng = random.Random(seed if seed is not None else int.from_bytes(os.urandom(8), "big"))
+        log_dir, snapshot_dir, state_dir = self.layout(directory)
+        os.makedirs(log_dir, exist_ok=True)
+        os.makedirs(state_dir, exist_ok=True)
+        self.snapshots = FileSnapshotStore(snapshot_dir)
+        self.log = EngineRaftLog(log_dir, self.snapshots)
+        self.quorum = QuorumStateFile(state_dir)
+        self.machine = self.make_listener()
+        self.rng = random.Random(seed if seed is not None else int.from_bytes(os.urandom(8), "big"))
         self.core = RaftCore(node_id=node_id, voters=set(voters), cluster_id=cluster_id, clock=MonotonicClock(),
-                             rng=rng, log=self.log, quorum_store=self.quorum, snapshots=self.snapshots,
+                             rng=self.rng, log=self.log, quorum_store=self.quorum, snapshots=self.snapshots,
                              config=config)
-        self.transport = RaftTransport(node_id, voters)
+        self.transport = self.make_transport(node_id, voters)
         self.driver = RaftDriver(self.core, log=self.log, quorum_store=self.quorum, snapshots=self.snapshots,
                                  listener=self.machine, channel=self.transport, config=driver_config)
         self.port: int | None = None
+
+    # What a role changes (the controller overrides these): where things live, who hears commits,
+    # which requests the transport serves.
+    def layout(self, directory: str) -> tuple[str, str, str]:
+        """(log dir, snapshot dir, quorum-state dir) under ``directory``."""
+        return os.path.join(directory, "log"), os.path.join(directory, "snapshots"), directory
+
+    def make_listener(self):
+        return CountingStateMachine()
+
+    def make_transport(self, node_id: int, voters: dict[int, tuple[str, int]]):
+        return RaftTransport(node_id, voters)
 
     async def start(self, *, host: str = "127.0.0.1", port: int = 0, sock: socket.socket | None = None) -> int:
         self.port = await self.transport.start(host=host, port=port, sock=sock)
@@ -208,6 +222,24 @@ class _ClientConnection:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+
+
+async def serve(node: RaftNode, listen_fd: int | None, listen: str | None, default_address: tuple[str, int]) -> None:
+    """Run ``node`` as a process: listen on the inherited socket ``listen_fd`` or on ``listen``
+    (HOST:PORT, default ``default_address``), print ``READY node=<id> port=<port>`` (tests and the
+    demo wait for it), and on SIGTERM/SIGINT stop, resigning first if it leads."""
+    if listen_fd is not None:
+        port = await node.start(sock=socket.socket(fileno=listen_fd))
+    else:
+        host, _, port_text = (listen or f"{default_address[0]}:{default_address[1]}").rpartition(":")
+        port = await node.start(host=host, port=int(port_text))
+    print(f"READY node={node.node_id} port={port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await node.stop(resign=True)
 
 
 class RaftClient:
@@ -393,19 +425,7 @@ async def _main(args) -> int:
                                  max_batch_bytes=args.max_batch_bytes)
     node = RaftNode(args.node_id, voters, args.dir, cluster_id=args.cluster_id, config=config,
                     driver_config=driver_config)
-    if args.listen_fd is not None:
-        port = await node.start(sock=socket.socket(fileno=args.listen_fd))
-    else:
-        default = voters.get(args.node_id, ("127.0.0.1", 0))
-        host, _, port_text = (args.listen or f"{default[0]}:{default[1]}").rpartition(":")
-        port = await node.start(host=host, port=int(port_text))
-    print(f"READY node={args.node_id} port={port}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await node.stop(resign=True)
+    await serve(node, args.listen_fd, args.listen, voters.get(args.node_id, ("127.0.0.1", 0)))
     log.info("stopped; %d records committed here, next offset %d", node.machine.records, node.machine.next_offset)
     return 0
 
