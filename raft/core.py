@@ -726,16 +726,24 @@ class RaftCore:
             return not s.fetched_ok or s.leader_resigned
         return True
 
+    def _refuse_leader_notice(self, req) -> tuple[Errors, Errors] | None:
+        """(partition error, top-level error) refusing a Begin/EndQuorumEpoch: another cluster, a
+        sender that is not a voter (or we are an observer), or an older epoch; None accepts it."""
+        if not self._cluster_ok(req.cluster_id):
+            return Errors.NONE, Errors.INCONSISTENT_CLUSTER_ID
+        if self._qs.is_observer or req.leader_id not in self.voters:
+            return Errors.INCONSISTENT_VOTER_SET, Errors.NONE
+        if req.leader_epoch < self.epoch:
+            return Errors.FENCED_LEADER_EPOCH, Errors.NONE
+        return None
+
     def _on_begin_quorum_epoch(self, env: Envelope, req: BeginQuorumEpochRequest, now: int) -> None:
         def reply(partition_error: Errors = Errors.NONE, error: Errors = Errors.NONE) -> None:
             self._respond(env, BeginQuorumEpochResponse(error, self.leader_id, self.epoch, partition_error))
 
-        if not self._cluster_ok(req.cluster_id):
-            return reply(error=Errors.INCONSISTENT_CLUSTER_ID)
-        if self._qs.is_observer or req.leader_id not in self.voters:
-            return reply(Errors.INCONSISTENT_VOTER_SET)
-        if req.leader_epoch < self.epoch:
-            return reply(Errors.FENCED_LEADER_EPOCH)
+        refused = self._refuse_leader_notice(req)
+        if refused is not None:
+            return reply(*refused)
         self._observe(req.leader_epoch, req.leader_id, now)
         reply()
 
@@ -743,12 +751,9 @@ class RaftCore:
         def reply(partition_error: Errors = Errors.NONE, error: Errors = Errors.NONE) -> None:
             self._respond(env, EndQuorumEpochResponse(error, self.leader_id, self.epoch, partition_error))
 
-        if not self._cluster_ok(req.cluster_id):
-            return reply(error=Errors.INCONSISTENT_CLUSTER_ID)
-        if self._qs.is_observer or req.leader_id not in self.voters:
-            return reply(Errors.INCONSISTENT_VOTER_SET)
-        if req.leader_epoch < self.epoch:
-            return reply(Errors.FENCED_LEADER_EPOCH)
+        refused = self._refuse_leader_notice(req)
+        if refused is not None:
+            return reply(*refused)
         self._observe(req.leader_epoch, req.leader_id, now)
         s = self._qs.current
         if s.epoch == req.leader_epoch and req.leader_id != self.node_id:
