@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from image_summary import summary
 
 from kraftlog import _accel
 from kraftlog.engine.image import versions
@@ -24,19 +25,6 @@ pytestmark = pytest.mark.twin
 
 def test_the_expected_decoder_is_loaded():
     assert ("pure" if _accel.FORCE_PURE else "native") == metadata_columns.IMPLEMENTATION
-
-
-def summary(image: MetadataImage) -> dict:
-    """Everything an image says, as plain values, for equality checks."""
-    topics = image.topics
-    return {
-        "topics": {name: (topics.topic(name), tuple(topics.partitions_of(name))) for name in topics.topic_names()},
-        "brokers": dict(image.cluster.brokers), "controllers": dict(image.cluster.controllers),
-        "configs": {k: dict(v) for k, v in image.configs.items()},
-        "features": (image.features.metadata_version, dict(image.features.finalized)),
-        "producer_ids": image.producer_ids,
-        "quotas": {k: dict(v) for k, v in image.client_quotas.items()},
-    }
 
 
 def to_log(values: list[bytes], per_batch: int = 200, first_offset: int = 0) -> bytes:

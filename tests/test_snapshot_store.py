@@ -13,6 +13,7 @@ import threading
 import uuid
 
 import pytest
+from image_summary import summary
 
 from kraftlog import _accel
 from kraftlog.engine.image import workload as wl
@@ -49,18 +50,6 @@ SMALL = SnapshotStoreConfig(map_size_bytes=4 << 20, chunk_target_bytes=16 * 1024
 def test_the_expected_codecs_are_loaded():
     # The store decodes through the batch and metadata-column codecs: the twin run must use the twins.
     assert ("pure" if _accel.FORCE_PURE else "native") == batch.IMPLEMENTATION
-
-
-def summary(image: MetadataImage) -> dict:
-    """Everything an image says, as plain values, for equality checks."""
-    topics = image.topics
-    return {
-        "topics": {name: (topics.topic(name), tuple(topics.partitions_of(name))) for name in topics.topic_names()},
-        "brokers": dict(image.cluster.brokers), "controllers": dict(image.cluster.controllers),
-        "configs": {k: dict(v) for k, v in image.configs.items()},
-        "features": (image.features.metadata_version, dict(image.features.finalized)),
-        "producer_ids": image.producer_ids,
-    }
 
 
 def to_log(values: list[bytes], per_batch: int = 200, first_offset: int = 0, **kw) -> bytes:
