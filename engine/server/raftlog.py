@@ -40,6 +40,7 @@ import os
 import re
 from collections.abc import Sequence
 
+from kraftlog.durable import replace_durably
 from kraftlog.engine.log.errors import OffsetOutOfRangeError
 from kraftlog.engine.log.log import Log, LogConfig
 from kraftlog.engine.records import batch as batch_codec
@@ -249,8 +250,7 @@ class FileSnapshotStore:
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(part, self._path(snapshot_id))
-        _fsync_dir(self.directory)
+        replace_durably(part, self._path(snapshot_id))
 
     def abort(self, snapshot_id: OffsetAndEpoch) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -260,11 +260,3 @@ class FileSnapshotStore:
         for sid in self.snapshot_ids():
             if sid.offset < snapshot_id.offset:
                 os.remove(self._path(sid))
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

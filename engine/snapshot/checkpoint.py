@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 
+from kraftlog.durable import replace_durably
 from kraftlog.engine.snapshot.errors import SnapshotError
 from kraftlog.engine.snapshot.layout import Manifest, SnapshotId, as_id
 from kraftlog.engine.snapshot.store import SnapshotStore
@@ -47,8 +48,7 @@ def export_checkpoint(store: SnapshotStore, snapshot_id, directory: str | os.Pat
             position += len(data)
         out.flush()
         os.fsync(out.fileno())
-    os.replace(part, final)
-    _fsync_directory(os.path.dirname(final) or ".")
+    replace_durably(part, final)
     return final
 
 
@@ -63,11 +63,3 @@ def import_checkpoint(store: SnapshotStore, path: str | os.PathLike, snapshot_id
     with open(path, "rb") as f:
         data = f.read()
     return store.write_stream(sid, data, replace=replace, path=path)
-
-
-def _fsync_directory(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

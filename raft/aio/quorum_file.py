@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 
+from kraftlog.durable import fsync_directory, write_atomically
 from kraftlog.errors import CorruptRecordError
 from kraftlog.raft.types import NO_ID, ElectionState
 
@@ -51,15 +52,7 @@ class QuorumStateFile:
         doc = {"clusterId": "", "leaderId": state.leader_id, "leaderEpoch": state.epoch, "votedId": state.voted_id,
                "appliedOffset": 0, "currentVoters": [{"voterId": v} for v in sorted(state.voters)],
                "data_version": DATA_VERSION}
-        tmp = self.path + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, json.dumps(doc, separators=(",", ":")).encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        _fsync_dir(self.directory)
+        write_atomically(self.path, json.dumps(doc, separators=(",", ":")).encode())
         self.writes += 1
 
     def clear(self) -> None:
@@ -67,12 +60,4 @@ class QuorumStateFile:
             os.remove(self.path)
         except FileNotFoundError:
             return
-        _fsync_dir(self.directory)
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fsync_directory(self.directory)

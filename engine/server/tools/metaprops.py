@@ -26,6 +26,7 @@ import re
 import time
 import uuid
 
+from kraftlog.durable import write_atomically
 from kraftlog.engine.records.schema import uuid_from_kafka, uuid_to_kafka
 from kraftlog.engine.server.tools.common import ToolError
 
@@ -88,17 +89,7 @@ def check(directory: str, props: dict[str, str]) -> None:
 
 def write(directory: str, *, cluster_id: str, node_id: int, directory_id: str) -> str:
     path = os.path.join(directory, META_PROPERTIES)
-    tmp = path + ".tmp"
     lines = ["#", "#" + time.strftime("%a %b %d %H:%M:%S %Z %Y"), f"version={VERSION}", f"cluster.id={cluster_id}",
              f"node.id={node_id}", f"directory.id={directory_id}"]
-    with open(tmp, "w", encoding="latin-1") as f:
-        f.write("\n".join(lines) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_atomically(path, ("\n".join(lines) + "\n").encode("latin-1"))
     return path
