@@ -36,3 +36,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if wrong:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         print(f"\nkraftlog: expected every hot path to be {expected}, but: {wrong}")
+
+
+@pytest.fixture(scope="module")
+def spark(request):
+    """A local[2] Spark session per test module (the Spark tests), stopped when the module ends."""
+    from kraftlog.engine.pipeline.session import spark_session
+
+    module = request.module.__name__.rsplit(".", 1)[-1]
+    session = spark_session("local[2]", app_name=f"kraftlog-{module}",
+                            conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})
+    yield session
+    session.stop()

@@ -23,16 +23,6 @@ PER_BATCH, INTERVAL_MS = 50, 10 * 60_000  # six batches an hour
 HOUR_MS = 3_600_000
 
 
-@pytest.fixture(scope="module")
-def spark():
-    from kraftlog.engine.pipeline.session import spark_session
-
-    session = spark_session("local[2]", app_name="kraftlog-test-history",
-                            conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})
-    yield session
-    session.stop()
-
-
 def leaderless_records() -> list[bytes]:
     """Partitions losing and regaining leaders, and a deleted topic with a leaderless partition."""
     a, b = uuid.UUID(int=0xAA), uuid.UUID(int=0xBB)

@@ -28,16 +28,6 @@ PARTITIONS, CHURN = 2000, 2000
 SEGMENT_BYTES = 96 << 10  # several segments = several input partitions
 
 
-@pytest.fixture(scope="module")
-def spark():
-    from kraftlog.engine.pipeline.session import spark_session
-
-    session = spark_session("local[2]", app_name="kraftlog-test-replay",
-                            conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})
-    yield session
-    session.stop()
-
-
 def _rec(name: str, version: int, data: dict) -> bytes:
     return codec.encode_record(name, version, data)
 

@@ -16,16 +16,6 @@ pytestmark = pytest.mark.slow
 SEGMENT_BYTES = 32 << 10
 
 
-@pytest.fixture(scope="module")
-def spark():
-    from kraftlog.engine.pipeline.session import spark_session
-
-    session = spark_session("local[2]", app_name="kraftlog-test-stream",
-                            conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})
-    yield session
-    session.stop()
-
-
 def run_available_now(spark, directory, out, checkpoint, max_records: int) -> list:
     stream = (spark.readStream.format("kraftlog").option("maxRecordsPerTrigger", max_records)
               .load(str(directory)).select("offset", "record_type", "cluster"))

@@ -156,11 +156,8 @@ class KraftlogReader(DataSourceReader):
             yield f
 
     def _types(self, f) -> bool:
-        if isinstance(f, EqualTo):
-            names = {f.value}
-        elif isinstance(f, In):
-            names = set(f.value)
-        else:
+        names = _value_set(f)
+        if names is None:
             return False
         if not all(isinstance(n, str) and n in API_KEYS for n in names):
             return False  # e.g. the __corrupt__ marker: Spark evaluates it on the rows
@@ -193,11 +190,8 @@ class KraftlogReader(DataSourceReader):
         return True
 
     def _clusters(self, f) -> bool:
-        if isinstance(f, EqualTo):
-            names = {f.value}
-        elif isinstance(f, In):
-            names = set(f.value)
-        else:
+        names = _value_set(f)
+        if names is None:
             return False
         s = self.settings
         s.clusters = names if s.clusters is None else s.clusters & names
@@ -376,3 +370,12 @@ def _segment_for(segments: list[tuple[int, str]], offset: int) -> tuple[int, str
         if base <= offset:
             chosen = (base, path)
     return chosen
+
+
+def _value_set(f) -> set | None:
+    """The values an EqualTo or In filter admits; None for any other filter."""
+    if isinstance(f, EqualTo):
+        return {f.value}
+    if isinstance(f, In):
+        return set(f.value)
+    return None
