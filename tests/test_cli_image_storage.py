@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_contract import assert_one_line_error
 
 CLI = [sys.executable, "-m", "kraftlog.engine.server.cli"]
 TOPICS = 120
@@ -25,16 +26,6 @@ BROKERS = 3  # max(RF, partitions * RF // 10,000 rounded down to a multiple of 3
 
 def run(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([*CLI, *args], capture_output=True, text=True, input=input, timeout=120)
-
-
-def assert_one_line_error(proc: subprocess.CompletedProcess, code: int, *needles: str) -> str:
-    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
-    lines = proc.stderr.splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def expected_replicas(topic: int, partition: int) -> list[int]:

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_contract import assert_one_line_error
 from kafka.record.memory_records import MemoryRecords
 
 # The commands run the native scan/CRC/index code; `make test` runs them again on the pure twins
@@ -34,17 +35,6 @@ SEGMENT_BYTES = 40_000
 def run(*args: str, input: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([*CLI, *args], capture_output=True, text=True, input=input, timeout=120,
                           env={**os.environ, **(env or {})})
-
-
-def assert_one_line_error(proc: subprocess.CompletedProcess, code: int, *needles: str) -> str:
-    """The error contract: exit ``code``, exactly one line on stderr, no traceback."""
-    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
-    lines = proc.stderr.splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def kafka_batches(path: str) -> tuple[list[tuple[int, object]], int]:
