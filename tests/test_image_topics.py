@@ -323,3 +323,27 @@ def test_row_reader_matches_its_twin(rows, shared_default):
         expected = (rows[local][0], rows[local][1], rows[local][2], tuple(rows[local][3]),
                     () if shared_default else tuple(rows[local][3]))
         assert hindex.read_row(native_spec, local) == index_pure.read_row(pure_spec, local) == expected
+
+
+def test_growing_a_topic_that_straddles_chunks_of_different_list_widths_keeps_every_partition():
+    """Relocation gathers the topic's rows across chunks whose replica columns differ in width."""
+    delta = TopicsImage.empty().delta()
+    filler, straddler, last = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    delta.replay_topic(filler, "filler", topic_epoch=1)
+    for p in range(CHUNK_ROWS - 2):
+        delta.replay_partition(filler, p, replicas=[1, 2, 3], isr=[1, 2, 3], leader=1, leader_epoch=0, partition_epoch=0)
+    delta.replay_topic(straddler, "straddler", topic_epoch=2)
+    for p in range(4):  # partitions 0-1 in chunk 0, 2-3 in chunk 1
+        delta.replay_partition(straddler, p, replicas=[4, 5, 6], isr=[4], leader=4, leader_epoch=p, partition_epoch=p)
+    delta.replay_partition_change(straddler, 3, replicas=[1, 2, 3, 4, 5, 6], isr=[1, 2])  # widen chunk 1 only
+    delta.replay_topic(last, "last", topic_epoch=3)
+    delta.replay_partition(last, 0, replicas=[7], isr=[7], leader=7, leader_epoch=0, partition_epoch=0)
+    before = delta.apply()
+    grow = before.delta()
+    grow.replay_partition(straddler, 4, replicas=[8], isr=[8], leader=8, leader_epoch=0, partition_epoch=0,
+                          topic_epoch=9)  # not at the end of the table: the topic moves
+    after = grow.apply()
+    assert after.partitions_of("straddler")[:4] == [p._replace(topic_epoch=9) for p in before.partitions_of("straddler")]
+    assert after.partition("straddler", 3).replicas == (1, 2, 3, 4, 5, 6)
+    assert after.partition("straddler", 4).replicas == (8,) and after.topic("straddler").partition_count == 5
+    assert after.partition("last", 0).leader == 7 and after.partition_count == CHUNK_ROWS - 2 + 5 + 1

@@ -245,10 +245,6 @@ class TopicsImage:
         return TopicsDelta(self)
 
 
-def _as_tuple(values: np.ndarray) -> tuple[int, ...]:
-    return tuple(int(v) for v in values if v >= 0)
-
-
 _new_tuple = tuple.__new__
 _read_row = hindex.read_row
 _hash_name = hindex.hash_name
@@ -279,16 +275,6 @@ def _topic_spec(chunk: Chunk) -> tuple:
         spec = chunk.spec = hindex.row_spec(
             [chunk.arrays[n] for n in ("id_hi", "id_lo", "topic_epoch", "first_row", "partition_count")], [])
     return spec
-
-
-def _list_at(column: np.ndarray, local: int) -> tuple[int, ...]:
-    """The -1 padded list at row ``local``; shared-default (sparse, never written) columns are empty."""
-    if column.strides[0] == 0:
-        return ()
-    values = column[local].tolist()
-    if values[-1] >= 0:
-        return tuple(values)
-    return tuple(v for v in values if v >= 0)
 
 
 class TopicsChanges:
@@ -510,7 +496,7 @@ class TopicsDelta:
     def _relocate(self, trow: int, first: int, count: int, new_count: int) -> int:
         """Move a topic's rows to the end of the table (with room for new ids); old rows die."""
         old_rows = np.arange(first, first + count, dtype=np.int64)
-        moved = {c: self._gather(old_rows, c) for c in self.partitions.columns}
+        moved = {c: self._gather_partitions(old_rows, c) for c in self.partitions.columns}
         grow = new_count - count
         for name, values in moved.items():
             if values.ndim == 2:
@@ -524,9 +510,6 @@ class TopicsDelta:
         self.partitions.set_many(old_rows, "topic_row", np.full(count, -1, dtype=np.int32))
         self.changes.partition_rows = self.partitions.rows
         return start
-
-    def _gather(self, rows: np.ndarray, name: str) -> np.ndarray:
-        return np.array([self.partitions.get(int(r), name) for r in rows])
 
     def replay_partition_change(self, topic_id: uuid.UUID, partition_id: int, *, leader: int = NO_LEADER_CHANGE,
                                 isr: Sequence[int] | None = None, replicas: Sequence[int] | None = None,
