@@ -81,19 +81,6 @@ class Chunk:
         self.rows = rows
         self.spec = None
 
-    def copy(self, capacity: int) -> Chunk:
-        arrays = {}
-        for name, array in self.arrays.items():
-            if is_shared_default(array):
-                # Still all default: stay free; TableWriter materialises it on the first write.
-                arrays[name] = np.broadcast_to(array[:1], (capacity, *array.shape[1:]))
-                continue
-            grown = np.empty((capacity, *array.shape[1:]), dtype=array.dtype)
-            grown[: self.rows] = array[: self.rows]
-            if capacity > self.rows:
-                grown[self.rows :] = PAD if array.ndim == 2 else 0
-            arrays[name] = grown
-        return Chunk(arrays, self.rows)
 
 
 class ChunkedTable:

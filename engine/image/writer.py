@@ -53,14 +53,6 @@ class ImageWrite:
     losses: list[Loss] = field(default_factory=list)
 
     @property
-    def api_keys(self) -> list[int]:
-        return [value[1] for value in self.values]
-
-    @property
-    def versions(self) -> list[int]:
-        return [value[2] for value in self.values]
-
-    @property
     def records(self) -> list[tuple[int, int, bytes]]:
         """(api key, version, framed value) per record."""
         return [(value[1], value[2], value) for value in self.values]
