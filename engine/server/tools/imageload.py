@@ -128,42 +128,5 @@ def _regions(scan: segments.LogDirScan, start_offset: int):
         i, n = int(np.searchsorted(np.asarray(s.last_offsets), start_offset)), seg.batch_count
         while i < n:
             j = max(i + 1, int(np.searchsorted(ends, positions[i] + REGION_BYTES, side="right")))
-            while j < n and first_api_key(buf, int(positions[j])) in (None, API_PARTITION_RECORD):
-                j += 1
             yield view[int(positions[i]):int(ends[j - 1])]
             i = j
-
-
-API_PARTITION_RECORD = 3
-
-
-def _varint(buf, pos: int) -> tuple[int, int]:
-    """A zig-zag varint at ``pos``: (value, next position)."""
-    shift = result = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-
-
-def first_api_key(buf, pos: int) -> int | None:
-    """The apiKey of the first record of the (CRC-checked) batch at ``pos``; None for a compressed
-    or control batch, or a record without a value. Record layout: batch_pure's docstring; the value
-    starts with uvarints frameVersion, apiKey (small apiKeys are one byte)."""
-    attributes = int.from_bytes(buf[pos + 21:pos + 23], "big")
-    if attributes & 0x27:  # compressed (bits 0-2) or control (bit 5)
-        return None
-    p = pos + 61
-    _, p = _varint(buf, p)  # record length
-    p += 1  # attributes
-    _, p = _varint(buf, p)  # timestamp delta
-    _, p = _varint(buf, p)  # offset delta
-    key_length, p = _varint(buf, p)
-    p += max(0, key_length)
-    value_length, p = _varint(buf, p)
-    if value_length < 2:
-        return None
-    return buf[p + 1] if buf[p + 1] < 0x80 else None
