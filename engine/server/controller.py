@@ -60,6 +60,7 @@ from kraftlog.engine.image import versions
 from kraftlog.engine.image.image import METADATA_VERSION, MetadataImage
 from kraftlog.engine.image.loader import Loader
 from kraftlog.engine.records import metadata as codec
+from kraftlog.engine.server.metadata_answer import answer_metadata
 from kraftlog.raft.state import Role
 from kraftlog.raft.types import NO_ID, NotLeaderError
 
@@ -466,35 +467,19 @@ class Controller:
             fenced = self.publisher.image.cluster.brokers[req.broker_id].fenced
         return _heartbeat_response(ErrorCode.none, caught_up=caught_up, fenced=fenced, shut_down=req.want_shut_down)
 
-    # -- Metadata (read-only, from this controller's own image) ------------------------------------------
+    # -- the request table ----------------------------------------------------------------------------
+
+    def write_handlers(self) -> dict:
+        """api key -> coroutine function(kio request) -> kio response: the requests that may write
+        (the transport runs them as tasks and answers in request order)."""
+        return {API_CREATE_TOPICS: self.create_topics, API_BROKER_REGISTRATION: self.register_broker,
+                API_BROKER_HEARTBEAT: self.heartbeat}
 
     def metadata(self, req) -> kmetadata_resp.MetadataResponse:
-        """Brokers (live ones) and topics (all, or the ones named) with their partitions, from this
-        node's image: what a standby answers shows what it has replayed."""
-        image = self.publisher.image
-        topics = image.topics
-        names = sorted(topics.topic_names()) if req.topics is None else [t.name for t in req.topics]
-        out = []
-        for name in names:
-            view = topics.topic(name) if name is not None else None
-            if view is None:
-                out.append(kmetadata_resp.MetadataResponseTopic(
-                    error_code=ErrorCode.unknown_topic_or_partition, name=name, topic_id=None, partitions=()))
-                continue
-            parts = tuple(kmetadata_resp.MetadataResponsePartition(
-                error_code=ErrorCode.none, partition_index=i32(p.partition_id), leader_id=i32(p.leader),
-                leader_epoch=i32(p.leader_epoch), replica_nodes=tuple(i32(r) for r in p.replicas),
-                isr_nodes=tuple(i32(r) for r in p.isr), offline_replicas=())
-                for p in sorted(topics.partitions_of(name), key=lambda p: p.partition_id))
-            out.append(kmetadata_resp.MetadataResponseTopic(error_code=ErrorCode.none, name=name,
-                                                            topic_id=view.topic_id, partitions=parts))
-        brokers = tuple(kmetadata_resp.MetadataResponseBroker(
-            node_id=i32(b.broker_id), host=b.endpoints[0].host if b.endpoints else "",
-            port=i32(b.endpoints[0].port if b.endpoints else 0), rack=b.rack)
-            for b in image.cluster.live_brokers())
-        return kmetadata_resp.MetadataResponse(throttle_time=_NO_THROTTLE, brokers=brokers,
-                                               cluster_id=self.cluster_id, controller_id=i32(self.controller_id),
-                                               topics=tuple(out))
+        """Metadata from this controller's own image: what a standby answers shows what it has
+        replayed."""
+        return answer_metadata(self.publisher.image, req, cluster_id=self.cluster_id,
+                               controller_id=self.controller_id)
 
 
 # ---- records and responses ------------------------------------------------------------------------------

@@ -88,8 +88,7 @@ class ControllerTransport(RaftTransport):
         if api_key == API_METADATA:
             self._respond(conn, self.controller.metadata(body), correlation_id)
             return
-        handler = {19: self.controller.create_topics, 62: self.controller.register_broker,
-                   63: self.controller.heartbeat}[api_key]
+        handler = self.controller.write_handlers()[api_key]
         self._respond_later(conn, correlation_id, asyncio.get_running_loop().create_task(handler(body)))
 
     def _queue(self, conn: FrameConnection) -> collections.deque:
