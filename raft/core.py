@@ -258,17 +258,33 @@ class RaftCore:
     def create_snapshot(self, end_offset: int, data: bytes) -> OffsetAndEpoch:
         """Store the listener's state as of ``end_offset`` as a snapshot and drop the log
         before it. ``end_offset`` must be committed and already delivered to the listener."""
+        snapshot_id = self.snapshot_id_at(end_offset)
+        self.snapshots.write_chunk(snapshot_id, 0, data)
+        self.snapshots.finish(snapshot_id, len(data))
+        self.snapshot_written(snapshot_id)
+        return snapshot_id
+
+    def snapshot_id_at(self, end_offset: int) -> OffsetAndEpoch:
+        """The id a snapshot of the listener's state as of ``end_offset`` gets (the epoch of the
+        record before it). For a listener that writes its snapshot into the store itself (off the
+        raft thread, say), then calls ``snapshot_written``."""
         if not (self.log.start_offset() < end_offset <= min(self._hw, self._listener_next)):
             raise InvalidSnapshotError(
                 f"snapshot at {end_offset} must be above the log start {self.log.start_offset()} and at or "
                 f"below the delivered high watermark {min(self._hw, self._listener_next)}"
             )
-        epoch = self.log.read(end_offset - 1, 1)[0].epoch
-        snapshot_id = OffsetAndEpoch(end_offset, epoch)
-        self.snapshots.write_chunk(snapshot_id, 0, data)
-        self.snapshots.finish(snapshot_id, len(data))
-        self._move_log_start(lambda: self.log.delete_before(end_offset, epoch))
-        return snapshot_id
+        return OffsetAndEpoch(end_offset, self.log.read(end_offset - 1, 1)[0].epoch)
+
+    def snapshot_written(self, snapshot_id: OffsetAndEpoch) -> bool:
+        """A finished snapshot ``snapshot_id`` is in the store: drop the log before it. False (and
+        nothing changes) when the log already starts at or past it (a fetched snapshot or a newer
+        one overtook it while it was being written)."""
+        if snapshot_id.offset <= self.log.start_offset():
+            return False
+        if self.snapshots.size(snapshot_id) is None:
+            raise InvalidSnapshotError(f"snapshot {snapshot_id} is not in the store")
+        self._move_log_start(lambda: self.log.delete_before(snapshot_id.offset, snapshot_id.epoch))
+        return True
 
     def _move_log_start(self, change) -> None:
         # Until the flush in this Ready the log may still come back from a crash with its old

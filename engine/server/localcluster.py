@@ -16,17 +16,18 @@ import subprocess
 
 
 class LocalCluster:
-    def __init__(self, directory: str, n: int = 3, *, backlog: int = 128):
+    def __init__(self, directory: str, n: int = 3, *, observers: tuple[int, ...] = (), backlog: int = 128):
+        """Voters 1..n, plus ``observers`` (node ids that are not voters, e.g. brokers)."""
         self.directory = directory
         self.socks: dict[int, socket.socket] = {}
-        for i in range(1, n + 1):
+        for i in [*range(1, n + 1), *observers]:
             s = socket.socket()
             s.bind(("127.0.0.1", 0))
             s.listen(backlog)
             s.set_inheritable(True)
             self.socks[i] = s
-        self.voters = {i: ("127.0.0.1", s.getsockname()[1]) for i, s in self.socks.items()}
-        self.addresses = self.voters
+        self.addresses = {i: ("127.0.0.1", s.getsockname()[1]) for i, s in self.socks.items()}
+        self.voters = {i: self.addresses[i] for i in range(1, n + 1)}
         self.voters_arg = ",".join(f"{i}@{h}:{p}" for i, (h, p) in self.voters.items())
         self.procs: dict[int, subprocess.Popen] = {}
 

@@ -1,23 +1,38 @@
-"""A KRaft node process in the controller role: Raft (raftnode.py's parts) + a live metadata image +
-the controller's request handlers (controller.py), all on one asyncio loop and one listening socket.
+"""A KRaft node process: Raft (raftnode.py's parts) + a live metadata image + its roles, all on
+one asyncio loop and one listening socket.
 
-    kraftlog node run --node-id 1 --controller-quorum-voters 1@h:p,2@h:p,3@h:p --dir DIR
-                      [--listen host:port | --listen-fd FD] [--cluster-id ID]
+    kraftlog node run --node-id N --controller-quorum-voters 1@h:p,2@h:p,3@h:p --dir DIR
+                      [--process-roles controller|broker|broker,controller] [--config FILE]
+                      [--listen host:port | --listen-fd FD] [--cluster-id ID] [--rack R]
+
+Roles (KIP-500):
+    controller   a Raft voter; when it leads it is the active controller, the only writer of
+                 metadata records (controller.py); standbys replicate and replay.
+    broker       a Raft observer: it pulls the committed metadata log from the voters (a snapshot
+                 when it is too far behind), keeps log and snapshots in its own directory, and
+                 registers/heartbeats with the active controller (broker.py); on SIGTERM it asks
+                 for a controlled shutdown first.
+    both         combined mode: a voter that also registers as a broker (the single-node default).
 
 ``DIR`` must be formatted (``kraftlog storage format``): its meta.properties gives the cluster id and
 must carry this node id. Layout (Kafka's, so the tools read it as they read a Kafka node's)::
 
     DIR/meta.properties
-    DIR/__cluster_metadata-0/   log segments + indexes, leader-epoch-checkpoint, quorum-state,
-                                <end offset>-<epoch>.checkpoint snapshots
+    DIR/__cluster_metadata-0/             log segments + indexes, leader-epoch-checkpoint, quorum-state
+    DIR/__cluster_metadata-0/snapshots/   the LMDB snapshot store (engine/snapshot)
+
+Snapshots: every node writes one from its in-memory image after ``snapshot_max_new_bytes`` of new
+log or ``snapshot_interval_ms`` (Kafka's metadata.log.max.record.bytes.between.snapshots and
+metadata.log.max.snapshot.interval.ms), off the event loop (the image is immutable); then the log
+start advances past it. A restarted node loads its newest snapshot and replays only the log after.
 
 One socket serves everything (Kafka's wire; responses with header v1 except ApiVersions' v0):
     raft         Vote, BeginQuorumEpoch, EndQuorumEpoch, DescribeQuorum, Fetch, FetchSnapshot,
                  Produce (raftnode.py's client API, left as it is)
-    controller   CreateTopics v7, BrokerRegistration v4, BrokerHeartbeat v1 (writes: the active
-                 controller only, NOT_CONTROLLER elsewhere), Metadata v12 (read-only, this node's
-                 own image: a standby answers from what it has replayed)
-    ApiVersions  v3-v4, listing both sets
+    controller   the write APIs of controller.CONTROLLER_APIS (controller role only; the active
+                 controller writes, every other node answers NOT_CONTROLLER)
+    Metadata     v12, every role, from this node's own image (a lagging node answers what it has)
+    ApiVersions  v3-v4, listing what this node serves
 
 Controller responses go out in request order on each connection (Kafka's promise), even though
 their handlers finish out of order. The process prints ``READY node=<id> port=<port>`` once it
@@ -31,12 +46,17 @@ import collections
 import datetime
 import logging
 import os
+import time
+from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v2.header import RequestHeader
 from kio.serial import entity_reader
 from kio.static.primitive import i16
 
+from kraftlog.engine.image import versions
+from kraftlog.engine.image.image import METADATA_VERSION
+from kraftlog.engine.server.broker import BrokerConfig, BrokerLifecycle, Listener
 from kraftlog.engine.server.controller import (
     API_METADATA,
     CONTROLLER_APIS,
@@ -44,8 +64,10 @@ from kraftlog.engine.server.controller import (
     ControllerConfig,
     ImagePublisher,
 )
+from kraftlog.engine.server.metadata_answer import answer_metadata
 from kraftlog.engine.server.raftnode import RaftNode, parse_voters
 from kraftlog.engine.server.raftnode import serve as serve_node
+from kraftlog.engine.snapshot.store import SnapshotStore
 from kraftlog.errors import KraftlogError
 from kraftlog.raft import wire
 from kraftlog.raft.aio.driver import DriverConfig
@@ -55,29 +77,41 @@ from kraftlog.raft.core import RaftConfig
 log = logging.getLogger("kraftlog.node")
 
 METADATA_LOG_DIRNAME = "__cluster_metadata-0"  # as engine/server/tools/common.py names it
+SNAPSHOT_DIRNAME = "snapshots"  # the LMDB environment, inside the metadata log directory
+ROLE_CONTROLLER, ROLE_BROKER = "controller", "broker"
+_METADATA_SPEC = CONTROLLER_APIS[API_METADATA]
 
 
 class NodeError(KraftlogError):
-    """The node cannot start (unformatted directory, ids that do not match, bad voters)."""
+    """The node cannot start (unformatted directory, ids that do not match, bad voters or roles)."""
 
 
-# ---- the transport: raft's, plus the controller APIs ------------------------------------------------
+# ---- the transport: raft's, plus Metadata, ApiVersions and the controller APIs --------------------
 
 
-class ControllerTransport(RaftTransport):
-    """RaftTransport that also answers the controller APIs (``controller`` set after construction)
-    and lists them in ApiVersions. Raft's own APIs go to the parent unchanged."""
+class NodeTransport(RaftTransport):
+    """RaftTransport that also answers Metadata (from ``publisher``'s image), ApiVersions, and, on
+    a controller, the controller's write APIs. ``publisher``/``controller`` are set after
+    construction. Raft's own APIs go to the parent unchanged."""
 
+    publisher: ImagePublisher | None = None
     controller: Controller | None = None
+    cluster_id: str | None = None
+
+    def _served(self) -> dict[int, tuple[int, type, type]]:
+        if self.controller is not None:
+            return CONTROLLER_APIS
+        return {API_METADATA: _METADATA_SPEC}
 
     def _on_request(self, conn: FrameConnection, frame: bytes) -> None:
         api_key, version, _ = wire.peek_request_header(frame)
         if api_key == wire.API_API_VERSIONS:
             rf = wire.parse_request(frame)
-            self._respond(conn, _api_versions_response(rf.api_version), rf.correlation_id, header_v0=True)
+            self._respond(conn, _api_versions_response(rf.api_version, self._served()), rf.correlation_id,
+                          header_v0=True)
             return
-        spec = CONTROLLER_APIS.get(api_key)
-        if spec is None or self.controller is None:
+        spec = self._served().get(api_key) if self.publisher is not None else None
+        if spec is None:
             super()._on_request(conn, frame)
             return
         served, request_type, _ = spec
@@ -86,7 +120,8 @@ class ControllerTransport(RaftTransport):
             raise wire.WireFormatError(f"unsupported API key {api_key} version {version} (served: v{served})")
         correlation_id, body = _parse(frame, request_type, api_key)
         if api_key == API_METADATA:
-            self._respond(conn, self.controller.metadata(body), correlation_id)
+            self._respond(conn, answer_metadata(self.publisher.image, body, cluster_id=self.cluster_id,
+                                                controller_id=self.publisher.leader[0]), correlation_id)
             return
         handler = self.controller.write_handlers()[api_key]
         self._respond_later(conn, correlation_id, asyncio.get_running_loop().create_task(handler(body)))
@@ -125,8 +160,8 @@ class ControllerTransport(RaftTransport):
 
 
 def _parse(frame: bytes, request_type: type, api_key: int):
-    """(correlation id, kio body) of a controller request; WireFormatError if it does not decode
-    exactly (the transport then closes that connection)."""
+    """(correlation id, kio body) of a request; WireFormatError if it does not decode exactly (the
+    transport then closes that connection)."""
     try:
         header, pos = entity_reader(RequestHeader)(frame, 0)
         body, size = entity_reader(request_type)(frame, pos)
@@ -137,63 +172,205 @@ def _parse(frame: bytes, request_type: type, api_key: int):
     return header.correlation_id, body
 
 
-def supported_api_versions() -> list[tuple[int, int, int]]:
-    """Raft's APIs and the controller's: (api key, min version, max version)."""
-    rows = wire.supported_api_versions() + [(k, v, v) for k, (v, _, _) in CONTROLLER_APIS.items()]
-    return sorted(rows)
+def supported_api_versions(served: dict | None = None) -> list[tuple[int, int, int]]:
+    """Raft's APIs and ``served`` (default: a controller's): (api key, min version, max version)."""
+    served = CONTROLLER_APIS if served is None else served
+    return sorted(wire.supported_api_versions() + [(k, v, v) for k, (v, _, _) in served.items()])
 
 
-def _api_versions_response(version: int):
+def _api_versions_response(version: int, served: dict):
     _, resp_type, row_type = wire._API_VERSIONS[version]
     keys = tuple(row_type(api_key=i16(k), min_version=i16(lo), max_version=i16(hi))
-                 for k, lo, hi in supported_api_versions())
+                 for k, lo, hi in supported_api_versions(served))
     return resp_type(error_code=ErrorCode.none, api_keys=keys, throttle_time=datetime.timedelta(0))
+
+
+# ---- periodic snapshots -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SnapshotPolicy:
+    max_new_bytes: int = 20 << 20  # Kafka's metadata.log.max.record.bytes.between.snapshots
+    interval_ms: int = 3_600_000  # Kafka's metadata.log.max.snapshot.interval.ms
+
+
+class Snapshotter:
+    """Writes the publisher's image into the LMDB store once enough new log has committed, in a
+    worker thread (an image is immutable, so the loop keeps replaying meanwhile), then tells the
+    driver, which advances the log start past it. One snapshot at a time; a failure is logged and
+    the next commit tries again."""
+
+    def __init__(self, node: MetadataNode, policy: SnapshotPolicy):
+        self.node = node
+        self.policy = policy
+        self.new_bytes = 0
+        self.last_ms = time.monotonic() * 1000
+        self.written = 0
+        self.last_snapshot = None
+        self.last_duration_ms = 0.0
+        self._task: asyncio.Task | None = None
+
+    def on_commit(self, size_bytes: int) -> None:
+        self.new_bytes += size_bytes
+        due = self.new_bytes >= self.policy.max_new_bytes or \
+            time.monotonic() * 1000 - self.last_ms >= self.policy.interval_ms
+        if due and (self._task is None or self._task.done()):
+            self._task = asyncio.get_running_loop().create_task(self._write())
+
+    async def _write(self) -> None:
+        node, publisher = self.node, self.node.machine
+        end_offset, image = publisher.next_offset, publisher.image
+        try:
+            snapshot_id = node.core.snapshot_id_at(end_offset)
+        except Exception as exc:  # below the log start (a fetched snapshot overtook us) or not delivered yet
+            log.debug("no snapshot at %d: %s", end_offset, exc)
+            return
+        self.new_bytes, self.last_ms = 0, time.monotonic() * 1000
+        started = time.perf_counter()
+        try:
+            _, losses = await asyncio.to_thread(node.snapshots.write_image, snapshot_id, image, replace=True)
+        except Exception:
+            log.exception("snapshot at %d not written; the next commit tries again", end_offset)
+            return
+        for loss in losses:
+            log.warning("snapshot %s dropped %s", snapshot_id, loss)
+        self.last_duration_ms = (time.perf_counter() - started) * 1000
+        try:
+            moved = node.driver.snapshot_written(snapshot_id)
+        except Exception:
+            log.exception("snapshot %s written but the log start did not move", snapshot_id)
+            return
+        if moved:
+            self.written += 1
+            self.last_snapshot = snapshot_id
+            log.info("snapshot %d-%d written in %.0f ms; the log now starts at %d", snapshot_id.offset,
+                     snapshot_id.epoch, self.last_duration_ms, node.log.start_offset())
+
+    async def close(self) -> None:
+        if self._task is not None and not self._task.done():
+            await asyncio.wait([self._task])
+
+
+class SnapshottingPublisher(ImagePublisher):
+    """ImagePublisher that feeds the Snapshotter and loads snapshots from the LMDB store whole."""
+
+    snapshotter: Snapshotter | None = None
+
+    def handle_commit(self, batch) -> None:
+        super().handle_commit(batch)
+        if self.snapshotter is not None:
+            self.snapshotter.on_commit(len(batch.raw))
+
+    def handle_load_snapshot(self, snapshot_id, snapshots) -> None:
+        if not isinstance(snapshots, SnapshotStore):
+            super().handle_load_snapshot(snapshot_id, snapshots)
+            return
+        started = time.perf_counter()
+        self.loader.image = snapshots.load_image(snapshot_id)
+        self._advance(snapshot_id.offset)
+        log.info("loaded snapshot %d-%d in %.0f ms", snapshot_id.offset, snapshot_id.epoch,
+                 (time.perf_counter() - started) * 1000)
 
 
 # ---- the node ----------------------------------------------------------------------------------------
 
 
-class ControllerNode(RaftNode):
-    """RaftNode's parts in Kafka's directory layout, with the ImagePublisher as the Raft listener
-    and a ControllerTransport; ``start``/``stop`` are RaftNode's (plus the controller's tasks)."""
+@dataclass(frozen=True)
+class BrokerSettings:
+    """What the broker role registers with: rack, its listener's advertised name and host."""
+
+    rack: str | None = None
+    listener_name: str = "PLAINTEXT"
+    advertised_host: str = "127.0.0.1"
+    log_dir_ids: tuple = ()
+    config: BrokerConfig = BrokerConfig()
+
+
+def supported_features() -> list[tuple[str, int, int]]:
+    """The feature ranges this build supports (metadata.version: every level the image writer knows)."""
+    return [(METADATA_VERSION, versions.MINIMUM_BOOTSTRAP, versions.LATEST)]
+
+
+class MetadataNode(RaftNode):
+    """RaftNode's parts in Kafka's directory layout with the LMDB snapshot store, an ImagePublisher
+    as the Raft listener, and the roles: a Controller (voters with the controller role) and/or a
+    BrokerLifecycle (the broker role, started once the node listens)."""
 
     def __init__(self, node_id: int, voters: dict[int, tuple[str, int]], directory: str, *, cluster_id: str,
-                 config: RaftConfig | None = None, driver_config: DriverConfig | None = None,
-                 controller_config: ControllerConfig | None = None, seed: int | None = None):
+                 roles: frozenset[str] = frozenset({ROLE_CONTROLLER}), config: RaftConfig | None = None,
+                 driver_config: DriverConfig | None = None, controller_config: ControllerConfig | None = None,
+                 broker: BrokerSettings | None = None, snapshot_policy: SnapshotPolicy | None = None,
+                 seed: int | None = None):
+        if ROLE_CONTROLLER in roles and node_id not in voters:
+            raise NodeError(f"node {node_id} has the controller role but is not among the voters {sorted(voters)}")
+        if ROLE_CONTROLLER not in roles and node_id in voters:
+            raise NodeError(f"node {node_id} is a voter, so it needs the controller role (process roles: "
+                            f"{','.join(sorted(roles))})")
+        self.roles = roles
+        self.cluster_id = cluster_id
         super().__init__(node_id, voters, directory, cluster_id=cluster_id, config=config,
                          driver_config=driver_config, seed=seed)
-        self.controller = Controller(node_id, cluster_id, self.driver, self.machine, controller_config, rng=self.rng)
-        self.transport.controller = self.controller
+        self.machine.snapshotter = self.snapshotter = Snapshotter(self, snapshot_policy or SnapshotPolicy())
+        self.transport.publisher, self.transport.cluster_id = self.machine, cluster_id
+        self.controller = None
+        if ROLE_CONTROLLER in roles:
+            self.controller = Controller(node_id, cluster_id, self.driver, self.machine, controller_config,
+                                         rng=self.rng)
+            self.transport.controller = self.controller
+        self.broker_settings = broker or BrokerSettings()
+        self.lifecycle: BrokerLifecycle | None = None
 
     def layout(self, directory: str) -> tuple[str, str, str]:
-        """Kafka's layout: segments, snapshots and quorum-state all in DIR/__cluster_metadata-0."""
+        """Kafka's layout: segments and quorum-state in DIR/__cluster_metadata-0, snapshots beside."""
         partition_dir = os.path.join(directory, METADATA_LOG_DIRNAME)
-        return partition_dir, partition_dir, partition_dir
+        return partition_dir, os.path.join(partition_dir, SNAPSHOT_DIRNAME), partition_dir
+
+    def make_snapshots(self, snapshot_dir: str):
+        return SnapshotStore(snapshot_dir)
 
     def make_listener(self):
-        return ImagePublisher(on_leader_change=self._leader_changed)
+        return SnapshottingPublisher(on_leader_change=self._leader_changed)
 
     def make_transport(self, node_id: int, voters: dict[int, tuple[str, int]]):
-        return ControllerTransport(node_id, voters)
+        return NodeTransport(node_id, voters)
 
     @property
     def image(self):
         return self.machine.image
 
     def _leader_changed(self, leader_id: int, epoch: int) -> None:
-        self.controller.on_leader_change(leader_id, epoch)
+        if self.controller is not None:
+            self.controller.on_leader_change(leader_id, epoch)
+
+    async def start(self, **kwargs) -> int:
+        port = await super().start(**kwargs)
+        if ROLE_BROKER in self.roles:
+            b = self.broker_settings
+            self.lifecycle = BrokerLifecycle(
+                self.node_id, self.cluster_id, self.machine, self.voters,
+                listeners=[Listener(b.listener_name, b.advertised_host, port)], features=supported_features(),
+                rack=b.rack, log_dirs=b.log_dir_ids, config=b.config)
+            self.lifecycle.start()
+        return port
 
     async def stop(self, *, resign: bool = True) -> None:
-        await self.controller.close()
+        if self.lifecycle is not None:
+            if resign:
+                await self.lifecycle.controlled_shutdown()
+            await self.lifecycle.stop()
+        if self.controller is not None:
+            await self.controller.close()
+        await self.snapshotter.close()
         await super().stop(resign=resign)
+        self.snapshots.close()
 
 
 # ---- the process ---------------------------------------------------------------------------------------
 
 
-def check_directory(directory: str, node_id: int, cluster_id: str | None) -> str:
-    """The cluster id of a formatted ``directory`` whose meta.properties carries ``node_id``;
-    NodeError otherwise (one line naming the problem and the fix)."""
+def check_directory(directory: str, node_id: int, cluster_id: str | None) -> tuple[str, dict[str, str]]:
+    """(cluster id, meta.properties) of a formatted ``directory`` whose meta.properties carries
+    ``node_id``; NodeError otherwise (one line naming the problem and the fix)."""
     from kraftlog.engine.server.tools import metaprops
     from kraftlog.engine.server.tools.common import ToolError
 
@@ -213,28 +390,48 @@ def check_directory(directory: str, node_id: int, cluster_id: str | None) -> str
     formatted = props["cluster.id"]
     if cluster_id is not None and cluster_id != formatted:
         raise NodeError(f"--cluster-id {cluster_id} differs from cluster.id {formatted} in {directory}/meta.properties")
-    return formatted
+    return formatted, props
+
+
+def parse_roles(text: str | None, node_id: int, voters: dict) -> frozenset[str]:
+    """``--process-roles``: controller, broker or both; unset: combined for a one-voter quorum of
+    this node (single-node mode), controller for a voter, broker otherwise."""
+    if text is None:
+        if node_id in voters:
+            return frozenset({ROLE_CONTROLLER, ROLE_BROKER}) if len(voters) == 1 else frozenset({ROLE_CONTROLLER})
+        return frozenset({ROLE_BROKER})
+    roles = frozenset(r.strip() for r in text.split(",") if r.strip())
+    unknown = roles - {ROLE_CONTROLLER, ROLE_BROKER}
+    if not roles or unknown:
+        raise NodeError(f"--process-roles {text!r}: give controller, broker or broker,controller")
+    return roles
 
 
 async def serve(args) -> int:
     """Run the node until SIGTERM/SIGINT."""
+    from kraftlog.engine.server.tools import metaprops
+
     try:
         voters = parse_voters(args.controller_quorum_voters)
     except ValueError as exc:
         raise NodeError(f"--controller-quorum-voters: {exc}") from None
-    if args.node_id not in voters:
-        raise NodeError(f"node {args.node_id} is not among --controller-quorum-voters {sorted(voters)}: "
-                        "the controller role needs a voter id")
-    cluster_id = check_directory(args.dir, args.node_id, args.cluster_id)
+    roles = parse_roles(args.process_roles, args.node_id, voters)
+    cluster_id, props = check_directory(args.dir, args.node_id, args.cluster_id)
     config = RaftConfig(election_timeout_ms=args.election_timeout_ms, fetch_timeout_ms=args.fetch_timeout_ms,
                         request_timeout_ms=args.request_timeout_ms, fetch_max_wait_ms=args.fetch_max_wait_ms)
-    controller_config = ControllerConfig(session_timeout_ms=args.session_timeout_ms)
+    directory_id = props.get("directory.id")
+    host = (args.listen or "127.0.0.1:0").rpartition(":")[0] or "127.0.0.1"
+    broker = BrokerSettings(rack=args.rack, advertised_host=host,
+                            log_dir_ids=(metaprops.parse_uuid(directory_id, "directory.id"),) if directory_id else (),
+                            config=BrokerConfig(heartbeat_interval_ms=args.heartbeat_interval_ms))
     try:
-        node = ControllerNode(args.node_id, voters, args.dir, cluster_id=cluster_id, config=config,
-                              controller_config=controller_config)
+        node = MetadataNode(args.node_id, voters, args.dir, cluster_id=cluster_id, roles=roles, config=config,
+                            controller_config=ControllerConfig(session_timeout_ms=args.session_timeout_ms),
+                            broker=broker, snapshot_policy=SnapshotPolicy(args.snapshot_max_new_bytes,
+                                                                          args.snapshot_interval_ms))
     except ValueError as exc:  # timeouts that cannot work together (RaftNode says which)
         raise NodeError(str(exc)) from None
-    await serve_node(node, args.listen_fd, args.listen, voters[args.node_id])
+    await serve_node(node, args.listen_fd, args.listen, voters.get(args.node_id, ("127.0.0.1", 0)))
     image = node.image
     log.info("stopped at offset %d: %d topics, %d partitions, %d brokers", node.machine.next_offset,
              image.topics.live_topics, image.topics.partition_count, len(image.cluster.brokers))

@@ -111,7 +111,7 @@ class RaftNode:
         log_dir, snapshot_dir, state_dir = self.layout(directory)
         os.makedirs(log_dir, exist_ok=True)
         os.makedirs(state_dir, exist_ok=True)
-        self.snapshots = FileSnapshotStore(snapshot_dir)
+        self.snapshots = self.make_snapshots(snapshot_dir)
         self.log = EngineRaftLog(log_dir, self.snapshots)
         self.quorum = QuorumStateFile(state_dir)
         self.machine = self.make_listener()
@@ -129,6 +129,9 @@ class RaftNode:
     def layout(self, directory: str) -> tuple[str, str, str]:
         """(log dir, snapshot dir, quorum-state dir) under ``directory``."""
         return os.path.join(directory, "log"), os.path.join(directory, "snapshots"), directory
+
+    def make_snapshots(self, snapshot_dir: str):
+        return FileSnapshotStore(snapshot_dir)
 
     def make_listener(self):
         return CountingStateMachine()

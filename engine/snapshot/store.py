@@ -315,12 +315,13 @@ class SnapshotStore:
         self._receivers.pop(as_id(snapshot_id), None)
 
     def delete_before(self, snapshot_id) -> list[SnapshotId]:
-        """Delete snapshots older than ``snapshot_id``, never the newest; returns what was deleted."""
-        sid = as_id(snapshot_id)
+        """Delete snapshots that end before ``snapshot_id``'s end offset, never the newest; returns
+        what was deleted. Only the offset counts (raft passes an unknown epoch, -1)."""
+        end_offset = int(snapshot_id[0])
 
         def body(txn):
             ids = [id_from_key(k) for k in txn.cursor(db=self._manifests).iternext(keys=True, values=False)]
-            doomed = [i for i in ids[:-1] if i < sid]
+            doomed = [i for i in ids[:-1] if i.end_offset < end_offset]
             for i in doomed:
                 self._delete_in(txn, i)
             return doomed

@@ -118,6 +118,16 @@ class RaftDriver:
 
     # ---- inputs -----------------------------------------------------------------------------
 
+    def snapshot_written(self, snapshot_id) -> bool:
+        """The listener finished snapshot ``snapshot_id`` in the store: let the core drop the log
+        before it (the deletion is flushed by the next Ready)."""
+        if self._stopped:
+            return False
+        moved = self.core.snapshot_written(snapshot_id)
+        self._wake()
+        return moved
+
+
     def on_envelope(self, env: Envelope) -> None:
         if self._stopped:
             return

@@ -32,8 +32,10 @@ from kraftlog.engine.server.tools.common import (
     warn,
 )
 from kraftlog.engine.server.tools.progress import ProgressBar, rate
+from kraftlog.errors import KraftlogError
 
-REGION_BYTES = 16 << 20  # bytes of whole batches per loader step (and per progress update)
+REGION_BYTES = 16 << 20
+SNAPSHOT_DIRNAME = "snapshots"  # a node's LMDB snapshot store inside its metadata log directory  # bytes of whole batches per loader step (and per progress update)
 CHECKPOINT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 
 
@@ -94,7 +96,10 @@ def load_log_dir(directory: str, *, command: str, progress: bool, skip_errors: b
         warn(command, f"{problem.path}: position {problem.position}: {problem.reason}; the image stops before it "
                       "(the next open of the log truncates it)")
     start, end = scan.start_offset, scan.end_offset
-    if start > (scan.segments[0].base_offset if scan.segments else 0):
+    base = _snapshot_base(directory, start, end, command)
+    if base is not None:
+        start = base.provenance.offset + 1
+    elif start > (scan.segments[0].base_offset if scan.segments else 0):
         warn(command, f"the log starts at offset {start}: the records before it are in a snapshot, "
                       "which this image does not include")
     manifests: list[LoadManifest] = []
@@ -104,10 +109,31 @@ def load_log_dir(directory: str, *, command: str, progress: bool, skip_errors: b
             done = max(0, m.last_offset + 1 - start)
             bar.update(done, f"offset {m.last_offset + 1:,} of {end:,}, {rate(m.records, bar.elapsed_s)}")
 
-        loader = Loader(skip_errors=skip_errors, progress=on_progress)
+        loader = Loader(base, skip_errors=skip_errors, progress=on_progress)
         image = loader.replay_regions(_regions(scan, start), path=directory)
     manifest = manifests[-1] if manifests else LoadManifest("log")
     return Loaded(image, directory, "log", manifest, end)
+
+
+def _snapshot_base(directory: str, start: int, end: int, command: str) -> MetadataImage | None:
+    """The image of the newest snapshot in the node's LMDB store (``DIR/snapshots``, see
+    engine/server/node.py) that the log continues from (end offset within [log start, log end]),
+    or None when there is no store or no such snapshot. Read-only: the store is opened without
+    creating anything, and a snapshot that does not verify is skipped with a warning."""
+    path = os.path.join(directory, SNAPSHOT_DIRNAME)
+    if start == 0 or not os.path.isfile(os.path.join(path, "data.mdb")):
+        return None
+    from kraftlog.engine.snapshot.store import SnapshotStore
+
+    with SnapshotStore(path) as store:
+        for sid in reversed(store.ids()):
+            if not start <= sid.end_offset <= end:
+                continue
+            try:
+                return store.load_image(sid)
+            except KraftlogError as exc:
+                warn(command, f"{path}: snapshot {sid.end_offset}-{sid.epoch} skipped: {exc}")
+    return None
 
 
 def _regions(scan: segments.LogDirScan, start_offset: int):

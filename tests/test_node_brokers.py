@@ -1,0 +1,293 @@
+"""Proves the broker role end to end with real processes on loopback: 3 controllers + 3 brokers
+(`kraftlog node run --process-roles broker`, Raft observers).
+
+- brokers register with the active controller, catch up, get unfenced, and answer Metadata v12
+  from their own images (1,000 topics created through the controller appear on every broker,
+  with leader epochs);
+- every node writes periodic snapshots into its LMDB store and advances its log start;
+- a broker restarted (SIGTERM: controlled shutdown, exit 0) loads its own snapshot and fetches
+  only what is new;
+- a broker killed and left far behind (the controllers' log start moved past its log end)
+  catches up through FetchSnapshot;
+- a broker whose heartbeats stop (SIGSTOP) is fenced and left out of metadata answers, and comes
+  back unfenced after SIGCONT;
+- a config file with Kafka's setting names starts a node.
+Every process is killed in a finalizer whatever happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.api_versions.v3.response import ApiVersionsResponse
+from kio.schema.create_topics.v7 import request as ct_req
+from kio.schema.create_topics.v7 import response as ct_resp
+from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v12 import request as md_req
+from kio.schema.metadata.v12 import response as md_resp
+from kio.static.primitive import i16, i32
+
+from kraftlog.engine.server import cli
+from kraftlog.engine.server.localcluster import LocalCluster
+from kraftlog.engine.server.raftnode import ClientError, _ClientConnection
+
+pytestmark = pytest.mark.slow
+
+CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
+BROKERS = (101, 102, 103)
+RACKS = {101: "rack-a", 102: "rack-b", 103: "rack-c"}
+SESSION_TIMEOUT_MS = 1500
+SNAPSHOT_BYTES = 64 << 10  # small, so the scenario writes many snapshots
+
+
+class BrokerCluster(LocalCluster):
+    """3 controller processes (ids 1-3) and 3 broker processes (ids 101-103)."""
+
+    def __init__(self, directory: str):
+        super().__init__(directory, 3, observers=BROKERS)
+
+    def format(self) -> None:
+        for i in self.socks:
+            assert cli.main(["storage", "format", "--cluster-id", CLUSTER_ID, "--node-id", str(i),
+                             "--dir", self.dir_of(i)]) == 0
+
+    def command(self, i: int, listen_fd: int) -> list[str]:
+        roles = ["--process-roles", "broker", "--rack", RACKS[i]] if i in BROKERS else []
+        return [sys.executable, "-m", "kraftlog.engine.server.cli", "node", "run", "--node-id", str(i),
+                "--controller-quorum-voters", self.voters_arg, "--dir", self.dir_of(i), "--listen-fd", str(listen_fd),
+                "--election-timeout-ms", "300", "--fetch-timeout-ms", "600", "--request-timeout-ms", "400",
+                "--fetch-max-wait-ms", "200", "--session-timeout-ms", str(SESSION_TIMEOUT_MS),
+                "--heartbeat-interval-ms", "200", "--snapshot-max-new-bytes", str(SNAPSHOT_BYTES), *roles]
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = BrokerCluster(str(tmp_path))
+    try:
+        c.format()
+        c.start_all()
+        yield c
+    finally:
+        c.close()
+
+
+async def _ask(conn: _ClientConnection, api_key: int, version: int, body, response_type, timeout_s: float = 10):
+    return await asyncio.wait_for(conn.request(api_key, version, body, response_type, header_v0=api_key == 18),
+                                  timeout_s)
+
+
+async def _until(predicate, timeout_s: float, what: str):
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    last = None
+    while loop.time() < end:
+        try:
+            last = await predicate()
+        except (OSError, ClientError, TimeoutError) as exc:
+            last = exc
+        else:
+            if last:
+                return last
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{what} not reached within {timeout_s} s (last: {last!r})")
+
+
+class Conns:
+    """One connection per node, reopened when a node restarted."""
+
+    def __init__(self, cluster: BrokerCluster):
+        self.cluster = cluster
+        self.conns: dict[int, _ClientConnection] = {}
+
+    async def get(self, i: int) -> _ClientConnection:
+        conn = self.conns.get(i)
+        if conn is None or not conn.alive:
+            conn = self.conns[i] = _ClientConnection(*self.cluster.addresses[i])
+            await conn.open()
+        return conn
+
+    async def metadata(self, i: int) -> md_resp.MetadataResponse:
+        req = md_req.MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                     include_topic_authorized_operations=False)
+        return await _ask(await self.get(i), 3, 12, req, md_resp.MetadataResponse, 5)
+
+    async def close(self) -> None:
+        for conn in self.conns.values():
+            await conn.close()
+
+
+def _live(md: md_resp.MetadataResponse) -> set[int]:
+    return {int(b.node_id) for b in md.brokers}
+
+
+async def _create(conns: Conns, names: list[str], partitions: int, rf: int) -> None:
+    """CreateTopics at whichever controller is active (NOT_CONTROLLER elsewhere)."""
+    req = ct_req.CreateTopicsRequest(topics=tuple(
+        ct_req.CreatableTopic(name=n, num_partitions=i32(partitions), replication_factor=i16(rf), assignments=(),
+                              configs=()) for n in names))
+
+    async def attempt():
+        for i in (1, 2, 3):
+            try:
+                r = await _ask(await conns.get(i), 19, 7, req, ct_resp.CreateTopicsResponse, 20)
+            except (OSError, ClientError, TimeoutError):
+                continue
+            codes = {t.error_code for t in r.topics}
+            if codes == {ErrorCode.none}:
+                return True
+            assert codes <= {ErrorCode.not_controller}, [(t.name, t.error_code, t.error_message) for t in r.topics]
+        return False
+
+    await _until(attempt, 30, f"topics {names[0]}.. created")
+
+
+def _snapshot_lines(cluster: BrokerCluster, i: int, what: str) -> int:
+    return len(re.findall(what, cluster.stderr_of(i)))
+
+
+def test_brokers_pull_metadata_restart_from_snapshots_and_get_fenced(cluster):
+    """The whole broker scenario of the module docstring."""
+
+    async def scenario():
+        conns = Conns(cluster)
+        try:
+            # every broker registers and gets unfenced; brokers serve Metadata + ApiVersions only
+            await _until(lambda: _all_live(conns, 101, set(BROKERS)), 20, "three live brokers")
+            versions = await _ask(await conns.get(101), 18, 3, ApiVersionsRequest(
+                client_software_name="t", client_software_version="0"), ApiVersionsResponse)
+            keys = {k.api_key for k in versions.api_keys}
+            assert 3 in keys and 19 not in keys and 62 not in keys  # no controller APIs on a broker
+
+            # 1,000 topics (10 requests of 100), each visible on every broker with leader epochs
+            names = [f"t{n:04d}" for n in range(1000)]
+            for k in range(0, 1000, 100):
+                await _create(conns, names[k:k + 100], 3, 3)
+            for b in BROKERS:
+                md = await _until(lambda b=b: _has_topics(conns, b, 1000), 20, f"broker {b} sees 1000 topics")
+                parts = [p for t in md.topics for p in t.partitions]
+                assert len(parts) == 3000
+                assert all(int(p.leader_epoch) >= 0 and int(p.leader_id) in BROKERS for p in parts)
+                assert int(md.controller_id) in (1, 2, 3)
+
+            # snapshots were written on controllers and brokers, and their logs start past 0
+            for i in (1, 2, 3, *BROKERS):
+                await _until(lambda i=i: asyncio.sleep(0, _snapshot_lines(cluster, i, r"snapshot \d+-\d+ written")),
+                             10, f"node {i} wrote a snapshot")
+
+            # restart broker 101: controlled shutdown (exit 0), then it loads its own snapshot
+            cluster.procs[101].send_signal(signal.SIGTERM)
+            assert cluster.procs[101].wait(20) == 0, cluster.stderr_of(101)[-3000:]
+            cluster.procs.pop(101).err_file.close()
+            assert "controlled shutdown not confirmed" not in cluster.stderr_of(101)
+            loaded_before = _snapshot_lines(cluster, 101, r"loaded snapshot")
+            cluster.start(101)
+            await _until(lambda: _has_topics(conns, 101, 1000), 20, "restarted broker 101 sees 1000 topics")
+            assert _snapshot_lines(cluster, 101, r"loaded snapshot") == loaded_before + 1
+
+            # broker 103 killed; the controllers move their log start far past its log end;
+            # on restart it must fetch a snapshot from a voter to catch up
+            cluster.kill(103)
+            more = [f"u{n:04d}" for n in range(300)]
+            for k in range(0, 300, 100):
+                await _create(conns, more[k:k + 100], 3, 2)
+            own = set(re.findall(r"snapshot (\d+-\d+) written", cluster.stderr_of(103)))
+            cluster.start(103)
+            await _until(lambda: _has_topics(conns, 103, 1300), 30, "broker 103 sees 1300 topics")
+            loaded = set(re.findall(r"loaded snapshot (\d+-\d+)", cluster.stderr_of(103)))
+            assert loaded - own, f"broker 103 loaded only its own snapshots {loaded} (written: {own})"
+            await _until(lambda: _all_live(conns, 102, set(BROKERS)), 20, "broker 103 unfenced again")
+
+            # broker 102 stops heartbeating (SIGSTOP): fenced, and left out of metadata answers
+            os.kill(cluster.procs[102].pid, signal.SIGSTOP)
+            try:
+                await _until(lambda: _all_live(conns, 101, {101, 103}), 15, "broker 102 fenced")
+            finally:
+                os.kill(cluster.procs[102].pid, signal.SIGCONT)
+            await _until(lambda: _all_live(conns, 101, set(BROKERS)), 20, "broker 102 unfenced after SIGCONT")
+        finally:
+            await conns.close()
+
+    asyncio.run(scenario())
+    # brokers first (their controlled shutdown needs an active controller), then the controllers
+    for i in (*BROKERS, 1, 2, 3):
+        cluster.procs[i].send_signal(signal.SIGTERM)
+        assert cluster.procs[i].wait(20) == 0, cluster.stderr_of(i)[-3000:]
+    for i in list(cluster.procs):
+        cluster.procs.pop(i).err_file.close()
+    # the tool reads a node directory whose log starts past 0 from the node's LMDB snapshot + log
+    for i in (1, 101, 103):
+        out = subprocess.run([sys.executable, "-m", "kraftlog.engine.server.cli", "image", "show", "--json",
+                              cluster.dir_of(i)], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert "which this image does not include" not in out.stderr
+        facts = json.loads(out.stdout)
+        assert (facts["topics"], facts["partitions"], facts["brokers"]) == (1300, 3900, 3), facts
+
+
+async def _all_live(conns: Conns, at: int, expected: set[int]):
+    md = await conns.metadata(at)
+    return md if _live(md) == expected else None
+
+
+async def _has_topics(conns: Conns, at: int, count: int):
+    md = await conns.metadata(at)
+    return md if len(md.topics) == count and all(t.error_code == ErrorCode.none for t in md.topics) else None
+
+
+def test_config_file_with_kafka_names_starts_a_single_node(tmp_path):
+    """A properties file (node.id, process.roles, controller.quorum.voters, log.dirs, listeners)
+    runs a combined node that bootstraps, registers itself as a broker and is unfenced; a missing
+    setting is one clear line."""
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    d = str(tmp_path / "n1")
+    assert cli.main(["storage", "format", "--cluster-id", CLUSTER_ID, "--node-id", "1", "--dir", d]) == 0
+    config = tmp_path / "server.properties"
+    config.write_text(f"# single node\nnode.id=1\nprocess.roles=broker,controller\n"
+                      f"controller.quorum.voters=1@127.0.0.1:{port}\nlog.dirs={d}\n"
+                      f"listeners=PLAINTEXT://127.0.0.1:{port}\nbroker.heartbeat.interval.ms=200\n")
+    proc = subprocess.Popen([sys.executable, "-m", "kraftlog.engine.server.cli", "node", "run", "--config",
+                             str(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline().startswith(b"READY node=1 port=%d" % port)
+
+        async def check():
+            conn = _ClientConnection("127.0.0.1", port)
+            await conn.open()
+            try:
+                req = md_req.MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                             include_topic_authorized_operations=False)
+
+                async def registered():
+                    md = await _ask(conn, 3, 12, req, md_resp.MetadataResponse, 5)
+                    return md if _live(md) == {1} else None
+
+                md = await _until(registered, 20, "the combined node registered and unfenced")
+                assert int(md.controller_id) == 1 and md.cluster_id == CLUSTER_ID
+            finally:
+                await conn.close()
+
+        asyncio.run(check())
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err.decode()[-3000:]
+
+    missing = tmp_path / "missing.properties"
+    missing.write_text("node.id=1\n")
+    r = subprocess.run([sys.executable, "-m", "kraftlog.engine.server.cli", "node", "run", "--config", str(missing)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert r.stderr.strip().count("\n") == 0 and "--controller-quorum-voters is required" in r.stderr
