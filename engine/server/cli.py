@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "image": ("kraftlog.engine.server.tools.image_cmd", "show or browse the metadata image (kafka-metadata-shell)"),
     "storage": ("kraftlog.engine.server.tools.storage_cmd", "random-uuid, format and info (kafka-storage)"),
     "quorum": ("kraftlog.engine.server.tools.quorum_cmd", "describe a live metadata quorum (kafka-metadata-quorum)"),
+    "features": ("kraftlog.engine.server.tools.features_cmd", "describe, upgrade, downgrade metadata.version (kafka-features)"),
     "spark": ("kraftlog.engine.server.spark_cmd", "replay and analyse metadata logs (one cluster or a fleet) on Apache Spark"),
     "gen": ("kraftlog.engine.server.tools.gen_cmd", "write the reference metadata workload as a log directory"),
     "node": ("kraftlog.engine.server.node_cmd", "run a KRaft controller node (kraftlog node run)"),

@@ -55,7 +55,6 @@ from kio.serial import entity_reader
 from kio.static.primitive import i16
 
 from kraftlog.engine.image import versions
-from kraftlog.engine.image.image import METADATA_VERSION
 from kraftlog.engine.server.broker import BrokerConfig, BrokerLifecycle, Listener
 from kraftlog.engine.server.controller import (
     API_METADATA,
@@ -63,6 +62,13 @@ from kraftlog.engine.server.controller import (
     Controller,
     ControllerConfig,
     ImagePublisher,
+)
+from kraftlog.engine.server.features import (
+    API_UPDATE_FEATURES,
+    UPDATE_FEATURES_API,
+    api_versions_feature_fields,
+    handle_update_features,
+    supported_features,
 )
 from kraftlog.engine.server.metadata_answer import answer_metadata
 from kraftlog.engine.server.raftnode import RaftNode, parse_voters
@@ -79,7 +85,9 @@ log = logging.getLogger("kraftlog.node")
 METADATA_LOG_DIRNAME = "__cluster_metadata-0"  # as engine/server/tools/common.py names it
 SNAPSHOT_DIRNAME = "snapshots"  # the LMDB environment, inside the metadata log directory
 ROLE_CONTROLLER, ROLE_BROKER = "controller", "broker"
-_METADATA_SPEC = CONTROLLER_APIS[API_METADATA]
+# what a node with the controller role serves beyond raft (a broker serves Metadata only)
+NODE_CONTROLLER_APIS = {**CONTROLLER_APIS, API_UPDATE_FEATURES: UPDATE_FEATURES_API}
+_BROKER_APIS = {API_METADATA: CONTROLLER_APIS[API_METADATA]}
 
 
 class NodeError(KraftlogError):
@@ -97,18 +105,23 @@ class NodeTransport(RaftTransport):
     publisher: ImagePublisher | None = None
     controller: Controller | None = None
     cluster_id: str | None = None
+    supported: list[tuple[str, int, int]] = []  # this node's feature ranges, for ApiVersions
 
     def _served(self) -> dict[int, tuple[int, type, type]]:
-        if self.controller is not None:
-            return CONTROLLER_APIS
-        return {API_METADATA: _METADATA_SPEC}
+        return NODE_CONTROLLER_APIS if self.controller is not None else _BROKER_APIS
+
+    def _handlers(self) -> dict:
+        controller = self.controller
+        return {**controller.write_handlers(),
+                API_UPDATE_FEATURES: lambda req: handle_update_features(controller, req)}
 
     def _on_request(self, conn: FrameConnection, frame: bytes) -> None:
         api_key, version, _ = wire.peek_request_header(frame)
         if api_key == wire.API_API_VERSIONS:
             rf = wire.parse_request(frame)
-            self._respond(conn, _api_versions_response(rf.api_version, self._served()), rf.correlation_id,
-                          header_v0=True)
+            image = self.publisher.image if self.publisher is not None else None
+            self._respond(conn, _api_versions_response(rf.api_version, self._served(), image, self.supported),
+                          rf.correlation_id, header_v0=True)
             return
         spec = self._served().get(api_key) if self.publisher is not None else None
         if spec is None:
@@ -123,7 +136,7 @@ class NodeTransport(RaftTransport):
             self._respond(conn, answer_metadata(self.publisher.image, body, cluster_id=self.cluster_id,
                                                 controller_id=self.publisher.leader[0]), correlation_id)
             return
-        handler = self.controller.write_handlers()[api_key]
+        handler = self._handlers()[api_key]
         self._respond_later(conn, correlation_id, asyncio.get_running_loop().create_task(handler(body)))
 
     def _queue(self, conn: FrameConnection) -> collections.deque:
@@ -174,15 +187,18 @@ def _parse(frame: bytes, request_type: type, api_key: int):
 
 def supported_api_versions(served: dict | None = None) -> list[tuple[int, int, int]]:
     """Raft's APIs and ``served`` (default: a controller's): (api key, min version, max version)."""
-    served = CONTROLLER_APIS if served is None else served
+    served = NODE_CONTROLLER_APIS if served is None else served
     return sorted(wire.supported_api_versions() + [(k, v, v) for k, (v, _, _) in served.items()])
 
 
-def _api_versions_response(version: int, served: dict):
+def _api_versions_response(version: int, served: dict, image, supported):
+    """ApiVersions v3/v4: the APIs, plus (once there is an image) the supported and finalized
+    features that `kraftlog features describe` and Kafka's admin client read."""
     _, resp_type, row_type = wire._API_VERSIONS[version]
     keys = tuple(row_type(api_key=i16(k), min_version=i16(lo), max_version=i16(hi))
                  for k, lo, hi in supported_api_versions(served))
-    return resp_type(error_code=ErrorCode.none, api_keys=keys, throttle_time=datetime.timedelta(0))
+    features = {} if image is None else api_versions_feature_fields(image, supported, version=version)
+    return resp_type(error_code=ErrorCode.none, api_keys=keys, throttle_time=datetime.timedelta(0), **features)
 
 
 # ---- periodic snapshots -----------------------------------------------------------------------------
@@ -246,6 +262,36 @@ class Snapshotter:
             log.info("snapshot %d-%d written in %.0f ms; the log now starts at %d", snapshot_id.offset,
                      snapshot_id.epoch, self.last_duration_ms, node.log.start_offset())
 
+    def downgrade_now(self, level_before: int) -> None:
+        """metadata.version was just lowered (KIP-1155): write the image at the new level as a
+        snapshot at once, log what the lower version drops, and reload the image from that
+        snapshot, so this node holds exactly what a node of the older release would read. Done on
+        the loop, before the next commit is applied (the next records must apply to the reloaded
+        image); the log start moves after the current Ready (its batches are still being read)."""
+        node, publisher = self.node, self.node.machine
+        end_offset, image = publisher.next_offset, publisher.image
+        level = image.features.metadata_version
+        snapshot_id = node.core.snapshot_id_at(end_offset)
+        started = time.perf_counter()
+        _, losses = node.snapshots.write_image(snapshot_id, image, replace=True)
+        for loss in losses:
+            log.warning("metadata.version downgrade to %s dropped %s", versions.name(level), loss)
+        publisher.loader.image = node.snapshots.load_image(snapshot_id)
+        self.new_bytes, self.last_ms = 0, time.monotonic() * 1000
+        log.info("metadata.version lowered from %s to %s at offset %d: wrote snapshot %d-%d and reloaded the image "
+                 "from it in %.0f ms (%d field group(s) lost)", versions.name(level_before), versions.name(level),
+                 end_offset, snapshot_id.offset, snapshot_id.epoch, (time.perf_counter() - started) * 1000,
+                 len(losses))
+        asyncio.get_running_loop().call_soon(self._adopt, snapshot_id)
+
+    def _adopt(self, snapshot_id) -> None:
+        try:
+            if self.node.driver.snapshot_written(snapshot_id):
+                self.written += 1
+                self.last_snapshot = snapshot_id
+        except Exception:
+            log.exception("snapshot %s written but the log start did not move", snapshot_id)
+
     async def close(self) -> None:
         if self._task is not None and not self._task.done():
             await asyncio.wait([self._task])
@@ -257,9 +303,14 @@ class SnapshottingPublisher(ImagePublisher):
     snapshotter: Snapshotter | None = None
 
     def handle_commit(self, batch) -> None:
+        level_before = self.image.features.metadata_version
         super().handle_commit(batch)
-        if self.snapshotter is not None:
-            self.snapshotter.on_commit(len(batch.raw))
+        if self.snapshotter is None:
+            return
+        level = self.image.features.metadata_version
+        if 0 < level < level_before:
+            self.snapshotter.downgrade_now(level_before)
+        self.snapshotter.on_commit(len(batch.raw))
 
     def handle_load_snapshot(self, snapshot_id, snapshots) -> None:
         if not isinstance(snapshots, SnapshotStore):
@@ -286,11 +337,6 @@ class BrokerSettings:
     config: BrokerConfig = BrokerConfig()
 
 
-def supported_features() -> list[tuple[str, int, int]]:
-    """The feature ranges this build supports (metadata.version: every level the image writer knows)."""
-    return [(METADATA_VERSION, versions.MINIMUM_BOOTSTRAP, versions.LATEST)]
-
-
 class MetadataNode(RaftNode):
     """RaftNode's parts in Kafka's directory layout with the LMDB snapshot store, an ImagePublisher
     as the Raft listener, and the roles: a Controller (voters with the controller role) and/or a
@@ -300,7 +346,7 @@ class MetadataNode(RaftNode):
                  roles: frozenset[str] = frozenset({ROLE_CONTROLLER}), config: RaftConfig | None = None,
                  driver_config: DriverConfig | None = None, controller_config: ControllerConfig | None = None,
                  broker: BrokerSettings | None = None, snapshot_policy: SnapshotPolicy | None = None,
-                 seed: int | None = None):
+                 max_metadata_version: int | None = None, seed: int | None = None):
         if ROLE_CONTROLLER in roles and node_id not in voters:
             raise NodeError(f"node {node_id} has the controller role but is not among the voters {sorted(voters)}")
         if ROLE_CONTROLLER not in roles and node_id in voters:
@@ -308,14 +354,18 @@ class MetadataNode(RaftNode):
                             f"{','.join(sorted(roles))})")
         self.roles = roles
         self.cluster_id = cluster_id
+        # what this node advertises (registrations, ApiVersions); a lower max plays an older build
+        self.supported = supported_features(max_metadata_version)
         super().__init__(node_id, voters, directory, cluster_id=cluster_id, config=config,
                          driver_config=driver_config, seed=seed)
         self.machine.snapshotter = self.snapshotter = Snapshotter(self, snapshot_policy or SnapshotPolicy())
         self.transport.publisher, self.transport.cluster_id = self.machine, cluster_id
+        self.transport.supported = self.supported
         self.controller = None
         if ROLE_CONTROLLER in roles:
             self.controller = Controller(node_id, cluster_id, self.driver, self.machine, controller_config,
                                          rng=self.rng)
+            self.controller.supported_features = self.supported
             self.transport.controller = self.controller
         self.broker_settings = broker or BrokerSettings()
         self.lifecycle: BrokerLifecycle | None = None
@@ -348,7 +398,7 @@ class MetadataNode(RaftNode):
             b = self.broker_settings
             self.lifecycle = BrokerLifecycle(
                 self.node_id, self.cluster_id, self.machine, self.voters,
-                listeners=[Listener(b.listener_name, b.advertised_host, port)], features=supported_features(),
+                listeners=[Listener(b.listener_name, b.advertised_host, port)], features=self.supported,
                 rack=b.rack, log_dirs=b.log_dir_ids, config=b.config)
             self.lifecycle.start()
         return port
@@ -428,7 +478,8 @@ async def serve(args) -> int:
         node = MetadataNode(args.node_id, voters, args.dir, cluster_id=cluster_id, roles=roles, config=config,
                             controller_config=ControllerConfig(session_timeout_ms=args.session_timeout_ms),
                             broker=broker, snapshot_policy=SnapshotPolicy(args.snapshot_max_new_bytes,
-                                                                          args.snapshot_interval_ms))
+                                                                          args.snapshot_interval_ms),
+                            max_metadata_version=args.max_metadata_version)
     except ValueError as exc:  # timeouts that cannot work together (RaftNode says which)
         raise NodeError(str(exc)) from None
     await serve_node(node, args.listen_fd, args.listen, voters.get(args.node_id, ("127.0.0.1", 0)))

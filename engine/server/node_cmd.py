@@ -77,6 +77,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                        ("--snapshot-max-new-bytes", "write a snapshot after this many bytes of new log"),
                        ("--snapshot-interval-ms", "... or after this long with new log")):
         run.add_argument(flag, type=int, default=None, help=what)
+    run.add_argument("--max-metadata-version", default=None, metavar="V",
+                     help="advertise metadata.version support only up to V (a name like 3.9-IV0 or a level): "
+                          "plays a node of an older release, e.g. to test upgrade/downgrade checks")
     run.add_argument("--log-level", default=None)
 
 
@@ -97,6 +100,10 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     for dest, value in _DEFAULTS.items():
         if getattr(args, dest) is None:
             setattr(args, dest, value)
+    if args.max_metadata_version is not None:
+        from kraftlog.engine.image import versions
+
+        args.max_metadata_version = versions.parse(args.max_metadata_version)
     for dest, flag in _REQUIRED.items():
         if getattr(args, dest) is None:
             raise ToolError(f"{flag} is required (or its setting in --config)")

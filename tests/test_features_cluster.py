@@ -1,0 +1,184 @@
+"""Proves metadata.version downgrade/upgrade (KIP-1155) on real processes: 3 controllers + 2
+brokers at 4.1-IV0 whose registrations carry log directory ids, driven by the `kraftlog features` CLI.
+
+- describe shows metadata.version finalized at 4.1-IV0 with the supported range;
+- a SAFE downgrade to 3.7-IV0 is refused naming the lost field, and nothing changes;
+- a downgrade below 3.7-IV0 is refused;
+- an UNSAFE downgrade to 3.7-IV0 proceeds: every node (controllers and brokers) writes a snapshot
+  at 3.7-IV0 at once and reloads from it; each node's image then equals the image written at
+  3.7-IV0 (what an older release would read);
+- a broker restarted as an older build (no 4.1-IV0 support) makes the next downgrade fail naming
+  that node, and an upgrade to 4.1-IV0 fail naming it too; back on the new build, the upgrade to
+  4.1-IV0 works.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from kraftlog.engine.image import versions
+from kraftlog.engine.server.tools import imageload
+from tests.image_summary import summary
+from tests.test_node_brokers import CLUSTER_ID, Conns, _all_live, _create, _until
+
+pytestmark = pytest.mark.slow
+
+BROKERS = (101, 102)
+
+
+def _kraftlog(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kraftlog.engine.server.cli", *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+class FeatureCluster:
+    """3 controllers + 2 brokers; a broker may be (re)started as an older build."""
+
+    def __init__(self, directory: str):
+        from kraftlog.engine.server.localcluster import LocalCluster
+
+        outer = self
+
+        class _Cluster(LocalCluster):
+            def command(self, i: int, listen_fd: int) -> list[str]:
+                extra = ["--process-roles", "broker"] if i in BROKERS else []
+                if i in outer.old_build:
+                    extra += ["--max-metadata-version", "4.0-IV3"]
+                return [sys.executable, "-m", "kraftlog.engine.server.cli", "node", "run", "--node-id", str(i),
+                        "--controller-quorum-voters", self.voters_arg, "--dir", self.dir_of(i), "--listen-fd",
+                        str(listen_fd), "--election-timeout-ms", "300", "--fetch-timeout-ms", "600",
+                        "--request-timeout-ms", "400", "--fetch-max-wait-ms", "200", "--session-timeout-ms", "3000",
+                        "--heartbeat-interval-ms", "200", *extra]
+
+        self.old_build: set[int] = set()
+        self.c = _Cluster(directory, 3, observers=BROKERS)
+
+    def bootstrap(self) -> str:
+        return ",".join(f"{h}:{p}" for h, p in self.c.voters.values())
+
+
+@pytest.fixture
+def fc(tmp_path):
+    from kraftlog.engine.server import cli
+
+    f = FeatureCluster(str(tmp_path))
+    try:
+        for i in f.c.socks:
+            assert cli.main(["storage", "format", "--cluster-id", CLUSTER_ID, "--node-id", str(i),
+                             "--dir", f.c.dir_of(i)]) == 0
+        f.c.start_all()
+        yield f
+    finally:
+        f.c.close()
+
+
+def _restart(f: FeatureCluster, i: int) -> None:
+    f.c.procs[i].send_signal(signal.SIGTERM)
+    assert f.c.procs[i].wait(20) == 0, f.c.stderr_of(i)[-3000:]
+    f.c.procs.pop(i).err_file.close()
+    f.c.start(i)
+
+
+def test_downgrade_safe_unsafe_floor_old_node_and_upgrade_back(fc):
+    """The KIP-1155 scenario of the module docstring, through the CLI."""
+    boot = fc.bootstrap()
+
+    async def setup():
+        conns = Conns(fc.c)
+        try:
+            await _until(lambda: _all_live(conns, 101, set(BROKERS)), 20, "two live brokers")
+            await _create(conns, [f"d{n}" for n in range(20)], 4, 2)
+        finally:
+            await conns.close()
+
+    asyncio.run(setup())
+    out = _kraftlog("features", "describe", "--bootstrap-controller", boot)
+    assert out.returncode == 0, out.stderr
+    mv_line = next(line for line in out.stdout.splitlines() if line.startswith("Feature: metadata.version"))
+    assert "FinalizedVersionLevel: 4.1-IV0" in mv_line and "SupportedMaxVersion: 4.1-IV0" in mv_line
+
+    # SAFE downgrade: refused, naming the field 3.7-IV0 cannot hold; nothing changes
+    out = _kraftlog("features", "downgrade", "--bootstrap-controller", boot, "--metadata-version", "3.7-IV0")
+    assert out.returncode == 1
+    # the brokers registered their log directory ids (RegisterBrokerRecord v3, 3.7-IV2): 3.7-IV0 drops them
+    assert "would lose metadata" in out.stdout and "RegisterBrokerRecord.LogDirs" in out.stdout, out.stdout
+    assert "1 out of 1 operation(s) failed." in out.stderr, out.stderr
+    # below the floor: refused even when unsafe
+    out = _kraftlog("features", "downgrade", "--bootstrap-controller", boot, "--metadata-version", "3.6-IV2",
+                    "--unsafe")
+    assert out.returncode == 1 and "3.7-IV0" in out.stdout, (out.stdout, out.stderr)
+    assert "FinalizedVersionLevel: 4.1-IV0" in _kraftlog("features", "describe", "--bootstrap-controller", boot).stdout
+
+    # UNSAFE downgrade: every node snapshots at 3.7-IV0 at once and reloads from it
+    out = _kraftlog("features", "downgrade", "--bootstrap-controller", boot, "--metadata-version", "3.7-IV0",
+                    "--unsafe")
+    assert out.returncode == 0, (out.stdout, out.stderr)
+    for i in fc.c.procs:
+        asyncio.run(_until(lambda i=i: asyncio.sleep(0, "metadata.version lowered from 4.1-IV0 to 3.7-IV0"
+                                                       in fc.c.stderr_of(i)), 15, f"node {i} reloaded at 3.7-IV0"))
+        assert re.search(r"downgrade to 3\.7-IV0 dropped RegisterBrokerRecord broker 10[12]: LogDirs",
+                         fc.c.stderr_of(i)), fc.c.stderr_of(i)[-3000:]
+
+    # an older build of broker 102 (no 4.1-IV0) registers at 3.7-IV0; then an upgrade to 4.1-IV0
+    # and a downgrade from 3.9-IV0 are both refused naming it
+    fc.old_build.add(102)
+    _restart(fc, 102)
+    asyncio.run(_wait_live(fc))
+    out = _kraftlog("features", "upgrade", "--bootstrap-controller", boot, "--metadata-version", "4.1-IV0")
+    assert out.returncode == 1 and "102" in out.stdout, (out.stdout, out.stderr)
+    out = _kraftlog("features", "upgrade", "--bootstrap-controller", boot, "--metadata-version", "3.9-IV0")
+    assert out.returncode == 0, (out.stdout, out.stderr)
+    out = _kraftlog("features", "downgrade", "--bootstrap-controller", boot, "--metadata-version", "3.7-IV0",
+                    "--unsafe")
+    assert out.returncode == 1 and "102" in out.stdout and "4.1-IV0" in out.stdout, (out.stdout, out.stderr)
+
+    # back on the new build: the upgrade to 4.1-IV0 works
+    fc.old_build.clear()
+    _restart(fc, 102)
+    asyncio.run(_wait_live(fc))
+    out = _kraftlog("features", "upgrade", "--bootstrap-controller", boot, "--metadata-version", "4.1-IV0")
+    assert out.returncode == 0, (out.stdout, out.stderr)
+    assert "FinalizedVersionLevel: 4.1-IV0" in _kraftlog("features", "describe", "--bootstrap-controller", boot).stdout
+
+    for i in (*BROKERS, 1, 2, 3):
+        fc.c.procs[i].send_signal(signal.SIGTERM)
+        assert fc.c.procs[i].wait(20) == 0, fc.c.stderr_of(i)[-3000:]
+
+    # each node's image at the downgrade is the image written at 3.7-IV0: the level is 3.7-IV0,
+    # every topic and partition is there, the Directories the level cannot hold are gone (empty =
+    # MIGRATING, Kafka's default), and controllers and brokers hold the very same image
+    images = {i: _downgrade_snapshot_image(fc, i) for i in (1, 2, 3, *BROKERS)}
+    for i, image in images.items():
+        assert image.features.metadata_version == versions.LEVELS["3.7-IV0"], i
+        parts = [p for name in image.topics.topic_names() for p in image.topics.partitions_of(name)]
+        assert len(parts) == 80 and all(p.directories == () for p in parts), i
+        assert len(image.cluster.brokers) == 2 and all(not b.log_dirs for b in image.cluster.brokers.values()), i
+    first = summary(images[1])
+    for i in (2, 3, *BROKERS):
+        assert summary(images[i]) == first, i
+
+
+async def _wait_live(f: FeatureCluster) -> None:
+    conns = Conns(f.c)
+    try:
+        await _until(lambda: _all_live(conns, 101, set(BROKERS)), 20, "both brokers live again")
+    finally:
+        await conns.close()
+
+
+def _downgrade_snapshot_image(f: FeatureCluster, i: int):
+    """The image of the snapshot node ``i`` wrote when it replayed the downgrade."""
+    from kraftlog.engine.snapshot.store import SnapshotStore
+
+    m = re.search(r"lowered from 4\.1-IV0 to 3\.7-IV0 at offset \d+: wrote snapshot (\d+)-(\d+)", f.c.stderr_of(i))
+    assert m, f.c.stderr_of(i)[-2000:]
+    path = os.path.join(f.c.dir_of(i), "__cluster_metadata-0", imageload.SNAPSHOT_DIRNAME)
+    with SnapshotStore(path) as store:
+        return store.load_image((int(m.group(1)), int(m.group(2))))
