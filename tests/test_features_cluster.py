@@ -147,6 +147,9 @@ def test_downgrade_safe_unsafe_floor_old_node_and_upgrade_back(fc):
     assert out.returncode == 0, (out.stdout, out.stderr)
     assert "FinalizedVersionLevel: 4.1-IV0" in _kraftlog("features", "describe", "--bootstrap-controller", boot).stdout
 
+    # a controller registers once per incarnation: no rewrite loop while nothing changes
+    for i in (1, 2, 3):
+        assert fc.c.stderr_of(i).count("registered controller") <= 3, fc.c.stderr_of(i)[-3000:]
     for i in (*BROKERS, 1, 2, 3):
         fc.c.procs[i].send_signal(signal.SIGTERM)
         assert fc.c.procs[i].wait(20) == 0, fc.c.stderr_of(i)[-3000:]
@@ -160,6 +163,10 @@ def test_downgrade_safe_unsafe_floor_old_node_and_upgrade_back(fc):
         parts = [p for name in image.topics.topic_names() for p in image.topics.partitions_of(name)]
         assert len(parts) == 80 and all(p.directories == () for p in parts), i
         assert len(image.cluster.brokers) == 2 and all(not b.log_dirs for b in image.cluster.brokers.values()), i
+        # every controller registered itself (RegisterControllerRecord), with its feature ranges
+        assert sorted(image.cluster.controllers) == [1, 2, 3], i
+        assert all(c.supports("metadata.version", versions.LEVELS["4.1-IV0"])
+                   for c in image.cluster.controllers.values()), i
     first = summary(images[1])
     for i in (2, 3, *BROKERS):
         assert summary(images[i]) == first, i

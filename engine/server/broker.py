@@ -100,9 +100,7 @@ class BrokerLifecycle:
         self._want_shut_down = False
         self._shut_down_allowed = asyncio.Event()
         self._unfenced = asyncio.Event()
-        self._controller_id = NO_ID
-        self._rotation = 0
-        self._conns: dict[int, _ClientConnection] = {}
+        self.channel = ControllerChannel(voters, publisher, self.config.request_timeout_ms)
         self._task: asyncio.Task | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -135,9 +133,7 @@ class BrokerLifecycle:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        for conn in self._conns.values():
-            await conn.close()
-        self._conns.clear()
+        await self.channel.close()
         self.state = BrokerState.NOT_RUNNING
 
     # -- the loop ----------------------------------------------------------------------------------------
@@ -157,7 +153,7 @@ class BrokerLifecycle:
                     await asyncio.sleep((self.config.heartbeat_interval_ms / (8 if quick else 1)) / 1000)
                 elif self._shut_down_allowed.is_set():
                     return
-            except _Retry as exc:
+            except Retry as exc:
                 log.info("%s; retrying in %d ms", exc, backoff_ms)
                 await asyncio.sleep(backoff_ms / 1000)
                 backoff_ms = min(backoff_ms * 2, self.config.retry_backoff_max_ms)
@@ -171,28 +167,28 @@ class BrokerLifecycle:
             features=tuple(kregister_req.Feature(name=n, min_supported_version=i16(lo), max_supported_version=i16(hi))
                            for n, lo, hi in self.features),
             rack=self.rack, log_dirs=self.log_dirs)
-        resp = await self._ask(API_BROKER_REGISTRATION, 4, req, kregister_resp.BrokerRegistrationResponse)
+        resp = await self.channel.ask(API_BROKER_REGISTRATION, 4, req, kregister_resp.BrokerRegistrationResponse)
         if resp.error_code is not ErrorCode.none:
-            raise _Retry(f"registration refused by controller {self._controller_id}: {resp.error_code.name}")
+            raise Retry(f"registration refused by controller {self.channel.controller_id}: {resp.error_code.name}")
         self.broker_epoch = int(resp.broker_epoch)
         self.state = BrokerState.RECOVERY
         self.fenced = True
-        log.info("registered with controller %d: broker epoch %d", self._controller_id, self.broker_epoch)
+        log.info("registered with controller %d: broker epoch %d", self.channel.controller_id, self.broker_epoch)
 
     async def _heartbeat(self) -> None:
         req = kheartbeat_req.BrokerHeartbeatRequest(
             broker_id=i32(self.node_id), broker_epoch=i64(self.broker_epoch),
             current_metadata_offset=i64(self.publisher.next_offset - 1), want_fence=False,
             want_shut_down=self._want_shut_down)
-        resp = await self._ask(API_BROKER_HEARTBEAT, 1, req, kheartbeat_resp.BrokerHeartbeatResponse)
+        resp = await self.channel.ask(API_BROKER_HEARTBEAT, 1, req, kheartbeat_resp.BrokerHeartbeatResponse)
         code = resp.error_code
         if code in (ErrorCode.stale_broker_epoch, ErrorCode.broker_id_not_registered):
             log.warning("controller answered %s to our heartbeat: registering again", code.name)
             self.broker_epoch = -1
             self._set_fenced(True)
-            raise _Retry("registration lost")
+            raise Retry("registration lost")
         if code is not ErrorCode.none:
-            raise _Retry(f"heartbeat refused by controller {self._controller_id}: {code.name}")
+            raise Retry(f"heartbeat refused by controller {self.channel.controller_id}: {code.name}")
         self.heartbeats += 1
         self.caught_up = resp.is_caught_up
         self._set_fenced(resp.is_fenced)
@@ -213,25 +209,37 @@ class BrokerLifecycle:
             if self.state is BrokerState.RECOVERY:
                 self.state = BrokerState.RUNNING
 
-    # -- talking to the active controller ----------------------------------------------------------------
 
-    def _controller_candidates(self) -> list[int]:
+class ControllerChannel:
+    """Requests to the active controller: the Raft leader ``publisher`` last heard of, else the
+    voters in turn; NOT_CONTROLLER, a lost connection or a timeout moves to the next candidate.
+    Used by the broker lifecycle and by controllers registering themselves."""
+
+    def __init__(self, voters: dict[int, tuple[str, int]], publisher, request_timeout_ms: int):
+        self.voters = voters
+        self.publisher = publisher
+        self.request_timeout_ms = request_timeout_ms
+        self.controller_id = NO_ID  # who answered last
+        self._rotation = 0
+        self._conns: dict[int, _ClientConnection] = {}
+
+    def _candidates(self) -> list[int]:
         leader = self.publisher.leader[0]
         ids = sorted(self.voters)
-        rotated = ids[self._rotation % len(ids):] + ids[:self._rotation % len(ids)]
-        return ([leader] if leader in self.voters else []) + [i for i in rotated if i != leader]
+        k = self._rotation % len(ids)
+        return ([leader] if leader in self.voters else []) + [i for i in ids[k:] + ids[:k] if i != leader]
 
-    async def _ask(self, api_key: int, version: int, body, response_type):
-        """Send to the active controller (following NOT_CONTROLLER to the next candidate)."""
+    async def ask(self, api_key: int, version: int, body, response_type):
+        """The active controller's answer; Retry when no candidate gave one."""
         last = "no controller answered"
-        for node in self._controller_candidates():
+        timeout_s = self.request_timeout_ms / 1000
+        for node in self._candidates():
             try:
                 conn = self._conns.get(node)
                 if conn is None or not conn.alive:
                     conn = self._conns[node] = _ClientConnection(*self.voters[node])
-                    await asyncio.wait_for(conn.open(), self.config.request_timeout_ms / 1000)
-                resp = await asyncio.wait_for(conn.request(api_key, version, body, response_type),
-                                              self.config.request_timeout_ms / 1000)
+                    await asyncio.wait_for(conn.open(), timeout_s)
+                resp = await asyncio.wait_for(conn.request(api_key, version, body, response_type), timeout_s)
             except (TimeoutError, OSError, ClientError) as exc:
                 last = f"controller {node}: {type(exc).__name__} {exc}"
                 stale = self._conns.pop(node, None)
@@ -241,11 +249,16 @@ class BrokerLifecycle:
             if resp.error_code is ErrorCode.not_controller:
                 last = f"controller {node}: NOT_CONTROLLER"
                 continue
-            self._controller_id = node
+            self.controller_id = node
             return resp
         self._rotation += 1
-        raise _Retry(last)
+        raise Retry(last)
+
+    async def close(self) -> None:
+        for conn in self._conns.values():
+            await conn.close()
+        self._conns.clear()
 
 
-class _Retry(Exception):
+class Retry(Exception):
     """This attempt failed for a reason worth retrying (the message says which)."""

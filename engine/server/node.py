@@ -63,6 +63,12 @@ from kraftlog.engine.server.controller import (
     ControllerConfig,
     ImagePublisher,
 )
+from kraftlog.engine.server.controller_registration import (
+    API_CONTROLLER_REGISTRATION,
+    CONTROLLER_REGISTRATION_API,
+    ControllerRegistrar,
+    handle_controller_registration,
+)
 from kraftlog.engine.server.features import (
     API_UPDATE_FEATURES,
     UPDATE_FEATURES_API,
@@ -86,7 +92,8 @@ METADATA_LOG_DIRNAME = "__cluster_metadata-0"  # as engine/server/tools/common.p
 SNAPSHOT_DIRNAME = "snapshots"  # the LMDB environment, inside the metadata log directory
 ROLE_CONTROLLER, ROLE_BROKER = "controller", "broker"
 # what a node with the controller role serves beyond raft (a broker serves Metadata only)
-NODE_CONTROLLER_APIS = {**CONTROLLER_APIS, API_UPDATE_FEATURES: UPDATE_FEATURES_API}
+NODE_CONTROLLER_APIS = {**CONTROLLER_APIS, API_UPDATE_FEATURES: UPDATE_FEATURES_API,
+                        API_CONTROLLER_REGISTRATION: CONTROLLER_REGISTRATION_API}
 _BROKER_APIS = {API_METADATA: CONTROLLER_APIS[API_METADATA]}
 
 
@@ -113,7 +120,8 @@ class NodeTransport(RaftTransport):
     def _handlers(self) -> dict:
         controller = self.controller
         return {**controller.write_handlers(),
-                API_UPDATE_FEATURES: lambda req: handle_update_features(controller, req)}
+                API_UPDATE_FEATURES: lambda req: handle_update_features(controller, req),
+                API_CONTROLLER_REGISTRATION: lambda req: handle_controller_registration(controller, req)}
 
     def _on_request(self, conn: FrameConnection, frame: bytes) -> None:
         api_key, version, _ = wire.peek_request_header(frame)
@@ -369,6 +377,7 @@ class MetadataNode(RaftNode):
             self.transport.controller = self.controller
         self.broker_settings = broker or BrokerSettings()
         self.lifecycle: BrokerLifecycle | None = None
+        self.registrar: ControllerRegistrar | None = None
 
     def layout(self, directory: str) -> tuple[str, str, str]:
         """Kafka's layout: segments and quorum-state in DIR/__cluster_metadata-0, snapshots beside."""
@@ -394,8 +403,12 @@ class MetadataNode(RaftNode):
 
     async def start(self, **kwargs) -> int:
         port = await super().start(**kwargs)
+        b = self.broker_settings
+        if self.controller is not None:
+            self.registrar = ControllerRegistrar(self.node_id, self.machine, self.voters, features=self.supported,
+                                                 listener=Listener("CONTROLLER", b.advertised_host, port))
+            self.registrar.start()
         if ROLE_BROKER in self.roles:
-            b = self.broker_settings
             self.lifecycle = BrokerLifecycle(
                 self.node_id, self.cluster_id, self.machine, self.voters,
                 listeners=[Listener(b.listener_name, b.advertised_host, port)], features=self.supported,
@@ -408,6 +421,8 @@ class MetadataNode(RaftNode):
             if resign:
                 await self.lifecycle.controlled_shutdown()
             await self.lifecycle.stop()
+        if self.registrar is not None:
+            await self.registrar.stop()
         if self.controller is not None:
             await self.controller.close()
         await self.snapshotter.close()
