@@ -37,6 +37,7 @@ from kio.static.primitive import i16, i32
 
 from kraftlog.engine.server import cli
 from kraftlog.engine.server.localcluster import LocalCluster
+from kraftlog.engine.server.metadata_answer import EpochMetadataResponse
 from kraftlog.engine.server.raftnode import ClientError, _ClientConnection
 
 pytestmark = pytest.mark.slow
@@ -61,6 +62,8 @@ class BrokerCluster(LocalCluster):
 
     def command(self, i: int, listen_fd: int) -> list[str]:
         roles = ["--process-roles", "broker", "--rack", RACKS[i]] if i in BROKERS else []
+        if i in (1, 101):
+            roles += ["--metrics-port", "0"]
         return [sys.executable, "-m", "kraftlog.engine.server.cli", "node", "run", "--node-id", str(i),
                 "--controller-quorum-voters", self.voters_arg, "--dir", self.dir_of(i), "--listen-fd", str(listen_fd),
                 "--election-timeout-ms", "300", "--fetch-timeout-ms", "600", "--request-timeout-ms", "400",
@@ -117,7 +120,7 @@ class Conns:
     async def metadata(self, i: int) -> md_resp.MetadataResponse:
         req = md_req.MetadataRequest(topics=None, allow_auto_topic_creation=False,
                                      include_topic_authorized_operations=False)
-        return await _ask(await self.get(i), 3, 12, req, md_resp.MetadataResponse, 5)
+        return await _ask(await self.get(i), 3, 12, req, EpochMetadataResponse, 5)
 
     async def close(self) -> None:
         for conn in self.conns.values():
@@ -177,6 +180,19 @@ def test_brokers_pull_metadata_restart_from_snapshots_and_get_fenced(cluster):
                 assert all(int(p.leader_epoch) >= 0 and int(p.leader_id) in BROKERS for p in parts)
                 assert int(md.controller_id) in (1, 2, 3)
 
+            # Prometheus metrics on broker 101 and controller 1, read over HTTP
+            broker_metrics = await _scrape(cluster, 101)
+            assert broker_metrics["kraftlog_broker_state"] == 3.0  # Running
+            assert broker_metrics["kraftlog_current_metadata_version"] == 26.0
+            assert broker_metrics["kraftlog_image_offset"] > 1000
+            assert broker_metrics['kraftlog_requests_total{api="Metadata"}'] >= 3
+            assert broker_metrics["kraftlog_raft_high_watermark"] >= broker_metrics["kraftlog_image_offset"]
+            controller_metrics = await _scrape(cluster, 1)
+            assert controller_metrics["kraftlog_broker_state"] == -1.0  # no broker role
+            assert controller_metrics["kraftlog_raft_current_leader"] in (1.0, 2.0, 3.0)
+            assert 'kraftlog_raft_current_state{state="leader"}' in controller_metrics \
+                or 'kraftlog_raft_current_state{state="follower"}' in controller_metrics
+
             # snapshots were written on controllers and brokers, and their logs start past 0
             for i in (1, 2, 3, *BROKERS):
                 await _until(lambda i=i: asyncio.sleep(0, _snapshot_lines(cluster, i, r"snapshot \d+-\d+ written")),
@@ -232,6 +248,23 @@ def test_brokers_pull_metadata_restart_from_snapshots_and_get_fenced(cluster):
         assert (facts["topics"], facts["partitions"], facts["brokers"]) == (1300, 3900, 3), facts
 
 
+async def _scrape(cluster: BrokerCluster, i: int) -> dict[str, float]:
+    """GET /metrics of node ``i`` (its port is in its log), parsed to {sample with labels: value}."""
+    port = int(re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", cluster.stderr_of(i)).group(1))
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /metrics HTTP/1.0\r\n\r\n")
+    raw = await reader.read()
+    writer.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200"), head
+    out = {}
+    for line in body.decode().splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
 async def _all_live(conns: Conns, at: int, expected: set[int]):
     md = await conns.metadata(at)
     return md if _live(md) == expected else None
@@ -271,7 +304,7 @@ def test_config_file_with_kafka_names_starts_a_single_node(tmp_path):
                                              include_topic_authorized_operations=False)
 
                 async def registered():
-                    md = await _ask(conn, 3, 12, req, md_resp.MetadataResponse, 5)
+                    md = await _ask(conn, 3, 12, req, EpochMetadataResponse, 5)
                     return md if _live(md) == {1} else None
 
                 md = await _until(registered, 20, "the combined node registered and unfenced")

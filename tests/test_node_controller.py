@@ -33,13 +33,13 @@ from kio.schema.create_topics.v7 import request as ct_req
 from kio.schema.create_topics.v7 import response as ct_resp
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import request as md_req
-from kio.schema.metadata.v12 import response as md_resp
 from kio.static.primitive import i16, i32, i64, u16
 
 from kraftlog.engine.image.image import BrokerRegistration
 from kraftlog.engine.server import cli
 from kraftlog.engine.server.controller import place_replicas, rack_interleaved
 from kraftlog.engine.server.localcluster import LocalCluster
+from kraftlog.engine.server.metadata_answer import EpochMetadataResponse
 from kraftlog.engine.server.raftnode import ClientError, _ClientConnection
 
 pytestmark = pytest.mark.slow
@@ -222,7 +222,7 @@ def test_controllers_register_unfence_create_topics_and_keep_live_images(cluster
             async def image_of(i):
                 return await _ask(conns[i], 3, 12, md_req.MetadataRequest(topics=None,
                                                                            include_topic_authorized_operations=False),
-                                  md_resp.MetadataResponse)
+                                  EpochMetadataResponse)
 
             for i in conns:
                 async def converged(i=i):

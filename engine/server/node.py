@@ -113,6 +113,7 @@ class NodeTransport(RaftTransport):
     controller: Controller | None = None
     cluster_id: str | None = None
     supported: list[tuple[str, int, int]] = []  # this node's feature ranges, for ApiVersions
+    metrics = None  # metrics.NodeMetrics when the node exports metrics
 
     def _served(self) -> dict[int, tuple[int, type, type]]:
         return NODE_CONTROLLER_APIS if self.controller is not None else _BROKER_APIS
@@ -125,6 +126,8 @@ class NodeTransport(RaftTransport):
 
     def _on_request(self, conn: FrameConnection, frame: bytes) -> None:
         api_key, version, _ = wire.peek_request_header(frame)
+        if self.metrics is not None:
+            self.metrics.request_seen(api_key)
         if api_key == wire.API_API_VERSIONS:
             rf = wire.parse_request(frame)
             image = self.publisher.image if self.publisher is not None else None
@@ -145,7 +148,11 @@ class NodeTransport(RaftTransport):
                                                 controller_id=self.publisher.leader[0]), correlation_id)
             return
         handler = self._handlers()[api_key]
-        self._respond_later(conn, correlation_id, asyncio.get_running_loop().create_task(handler(body)))
+        task = asyncio.get_running_loop().create_task(handler(body))
+        if self.metrics is not None:
+            started, metrics = time.perf_counter(), self.metrics
+            task.add_done_callback(lambda _: metrics.request_done(api_key, started))
+        self._respond_later(conn, correlation_id, task)
 
     def _queue(self, conn: FrameConnection) -> collections.deque:
         queue = getattr(conn, "kraftlog_responses", None)
@@ -354,7 +361,8 @@ class MetadataNode(RaftNode):
                  roles: frozenset[str] = frozenset({ROLE_CONTROLLER}), config: RaftConfig | None = None,
                  driver_config: DriverConfig | None = None, controller_config: ControllerConfig | None = None,
                  broker: BrokerSettings | None = None, snapshot_policy: SnapshotPolicy | None = None,
-                 max_metadata_version: int | None = None, seed: int | None = None):
+                 max_metadata_version: int | None = None, metrics_address: tuple[str, int] | None = None,
+                 seed: int | None = None):
         if ROLE_CONTROLLER in roles and node_id not in voters:
             raise NodeError(f"node {node_id} has the controller role but is not among the voters {sorted(voters)}")
         if ROLE_CONTROLLER not in roles and node_id in voters:
@@ -378,6 +386,12 @@ class MetadataNode(RaftNode):
         self.broker_settings = broker or BrokerSettings()
         self.lifecycle: BrokerLifecycle | None = None
         self.registrar: ControllerRegistrar | None = None
+        self.metrics_address = metrics_address
+        self.metrics_port: int | None = None
+        if metrics_address is not None:
+            from kraftlog.engine.server.metrics import NodeMetrics  # prometheus_client only when asked for
+
+            self.transport.metrics = NodeMetrics(self)
 
     def layout(self, directory: str) -> tuple[str, str, str]:
         """Kafka's layout: segments and quorum-state in DIR/__cluster_metadata-0, snapshots beside."""
@@ -404,6 +418,8 @@ class MetadataNode(RaftNode):
     async def start(self, **kwargs) -> int:
         port = await super().start(**kwargs)
         b = self.broker_settings
+        if self.transport.metrics is not None:
+            self.metrics_port = await self.transport.metrics.serve(*self.metrics_address)
         if self.controller is not None:
             self.registrar = ControllerRegistrar(self.node_id, self.machine, self.voters, features=self.supported,
                                                  listener=Listener("CONTROLLER", b.advertised_host, port))
@@ -421,6 +437,8 @@ class MetadataNode(RaftNode):
             if resign:
                 await self.lifecycle.controlled_shutdown()
             await self.lifecycle.stop()
+        if self.transport.metrics is not None:
+            await self.transport.metrics.close()
         if self.registrar is not None:
             await self.registrar.stop()
         if self.controller is not None:
@@ -494,7 +512,8 @@ async def serve(args) -> int:
                             controller_config=ControllerConfig(session_timeout_ms=args.session_timeout_ms),
                             broker=broker, snapshot_policy=SnapshotPolicy(args.snapshot_max_new_bytes,
                                                                           args.snapshot_interval_ms),
-                            max_metadata_version=args.max_metadata_version)
+                            max_metadata_version=args.max_metadata_version,
+                            metrics_address=_metrics_address(args.metrics_port, host))
     except ValueError as exc:  # timeouts that cannot work together (RaftNode says which)
         raise NodeError(str(exc)) from None
     await serve_node(node, args.listen_fd, args.listen, voters.get(args.node_id, ("127.0.0.1", 0)))
@@ -502,3 +521,7 @@ async def serve(args) -> int:
     log.info("stopped at offset %d: %d topics, %d partitions, %d brokers", node.machine.next_offset,
              image.topics.live_topics, image.topics.partition_count, len(image.cluster.brokers))
     return 0
+
+
+def _metrics_address(port: int | None, host: str) -> tuple[str, int] | None:
+    return None if port is None else (host, port)

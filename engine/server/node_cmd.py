@@ -80,6 +80,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--max-metadata-version", default=None, metavar="V",
                      help="advertise metadata.version support only up to V (a name like 3.9-IV0 or a level): "
                           "plays a node of an older release, e.g. to test upgrade/downgrade checks")
+    run.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                     help="serve Prometheus metrics at http://<listen host>:PORT/metrics (0: any free port, "
+                          "logged at start); off when not given")
     run.add_argument("--log-level", default=None)
 
 
