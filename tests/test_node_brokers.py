@@ -193,6 +193,26 @@ def test_brokers_pull_metadata_restart_from_snapshots_and_get_fenced(cluster):
             assert 'kraftlog_raft_current_state{state="leader"}' in controller_metrics \
                 or 'kraftlog_raft_current_state{state="follower"}' in controller_metrics
 
+            # OffsetsForLeaderEpoch over the wire on a broker: a consumer's end of the current
+            # epoch never passes the broker's high watermark; an unknown partition is refused
+            from kio.schema.offset_for_leader_epoch.v4 import request as oe_req
+            from kio.schema.offset_for_leader_epoch.v4 import response as oe_resp
+
+            epoch = int(broker_metrics["kraftlog_raft_current_epoch"])
+            ask = oe_req.OffsetForLeaderEpochRequest(replica_id=i32(-1), topics=(oe_req.OffsetForLeaderTopic(
+                topic="__cluster_metadata", partitions=(
+                    oe_req.OffsetForLeaderPartition(partition=i32(0), current_leader_epoch=i32(epoch),
+                                                    leader_epoch=i32(epoch)),
+                    oe_req.OffsetForLeaderPartition(partition=i32(5), current_leader_epoch=i32(-1),
+                                                    leader_epoch=i32(epoch)))),))
+            r = await _ask(await conns.get(101), 23, 4, ask, oe_resp.OffsetForLeaderEpochResponse)
+            current, unknown = r.topics[0].partitions
+            assert current.error_code == ErrorCode.none and int(current.leader_epoch) == epoch
+            after = await _scrape(cluster, 101)
+            assert broker_metrics["kraftlog_image_offset"] < int(current.end_offset) \
+                <= after["kraftlog_raft_high_watermark"]
+            assert unknown.error_code == ErrorCode.unknown_topic_or_partition
+
             # snapshots were written on controllers and brokers, and their logs start past 0
             for i in (1, 2, 3, *BROKERS):
                 await _until(lambda i=i: asyncio.sleep(0, _snapshot_lines(cluster, i, r"snapshot \d+-\d+ written")),

@@ -20,12 +20,24 @@ copy of the state (Kafka keeps one to pipeline writes; one commit round per writ
 
 Broker liveness (Kafka's BrokerHeartbeatManager, simplified): the active controller keeps a session
 deadline per broker (``session_timeout_ms`` after its last heartbeat; every registered broker gets a
-fresh one when a controller becomes active). A fenced broker that heartbeats, does not ask to be
-fenced, and has caught up to its registration is unfenced (UnfenceBrokerRecord); a periodic check
-(every ``fence_check_interval_ms``) fences an unfenced broker whose deadline passed
-(FenceBrokerRecord). Broker epochs are the log end offset when the registration is written (Kafka
-uses the registration record's offset; with the write lock held the two are equal unless a raw
-Produce races in), so "caught up" means the broker's metadata offset reached its epoch.
+fresh one when a controller becomes active). A heartbeat moves the broker through Kafka's states
+(FENCED, UNFENCED, CONTROLLED_SHUTDOWN, SHUTDOWN_NOW; see ``_next_state``): a fenced broker that
+does not ask to be fenced and has caught up to its registration is unfenced (the unfencing record,
+then leaders for offline partitions it can lead); want_fence fences it (its leaderships and ISR
+places go first, the fencing record last); want_shut_down starts a controlled shutdown
+(BrokerRegistrationChangeRecord InControlledShutdown, leaderships moved away) and answers
+should_shut_down once it leads nothing and every active broker has seen that. A periodic check
+(every ``fence_check_interval_ms``) fences, one broker per write as Kafka does, an unfenced broker
+whose deadline passed. Broker epochs are the log end offset when the registration is written
+(Kafka uses the registration record's offset; with the write lock held the two are equal unless a
+raw Produce races in), so "caught up" means the broker's metadata offset reached its epoch.
+
+Partition changes (elections, ISR changes) are computed by replication.py from the image's
+columns. They are not atomic in Kafka (ControllerResult.of): a long list is split into proposals
+of at most ``max_records_per_batch`` records (and the driver's max_batch_bytes), in order, so the
+record that fences a broker commits last. Fencing and unfencing records are what Kafka writes:
+BrokerRegistrationChangeRecord (Fenced 1 / -1) from metadata.version 3.3-IV2, Fence/
+UnfenceBrokerRecord before.
 
 Bootstrap: an active controller whose image has no metadata.version writes
 FeatureLevelRecord(metadata.version = the latest level) before anything else, as KRaft does when
@@ -42,24 +54,39 @@ import random
 import re
 import time
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kio.schema.alter_partition.v3 import request as kalter_req
+from kio.schema.alter_partition.v3 import response as kalter_resp
 from kio.schema.broker_heartbeat.v1 import request as kheartbeat_req
 from kio.schema.broker_heartbeat.v1 import response as kheartbeat_resp
 from kio.schema.broker_registration.v4 import request as kregister_req
 from kio.schema.broker_registration.v4 import response as kregister_resp
+from kio.schema.create_partitions.v3 import request as kpartitions_req
+from kio.schema.create_partitions.v3 import response as kpartitions_resp
 from kio.schema.create_topics.v7 import request as kcreate_req
 from kio.schema.create_topics.v7 import response as kcreate_resp
+from kio.schema.delete_topics.v6 import request as kdelete_req
+from kio.schema.delete_topics.v6 import response as kdelete_resp
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import request as kmetadata_req
 from kio.schema.metadata.v12 import response as kmetadata_resp
-from kio.static.primitive import i16, i32, i64
+from kio.static.primitive import i8, i16, i32, i64
 
 from kraftlog.engine.image import versions
-from kraftlog.engine.image.image import METADATA_VERSION, MetadataImage
+from kraftlog.engine.image.image import (
+    CONTROLLED_SHUTDOWN_IN,
+    FENCING_FENCE,
+    FENCING_UNFENCE,
+    METADATA_VERSION,
+    MetadataImage,
+)
 from kraftlog.engine.image.loader import Loader
+from kraftlog.engine.image.topics import NO_LEADER_CHANGE
 from kraftlog.engine.records import metadata as codec
+from kraftlog.engine.server import replication
 from kraftlog.engine.server.metadata_answer import answer_metadata
 from kraftlog.raft.state import Role
 from kraftlog.raft.types import NO_ID, NotLeaderError
@@ -67,6 +94,7 @@ from kraftlog.raft.types import NO_ID, NotLeaderError
 log = logging.getLogger("kraftlog.controller")
 
 API_METADATA, API_CREATE_TOPICS, API_BROKER_REGISTRATION, API_BROKER_HEARTBEAT = 3, 19, 62, 63
+API_DELETE_TOPICS, API_CREATE_PARTITIONS, API_ALTER_PARTITION = 20, 37, 56
 
 # api key -> (version, kio request type, kio response type): the one version each is served at
 CONTROLLER_APIS: dict[int, tuple[int, type, type]] = {
@@ -74,6 +102,9 @@ CONTROLLER_APIS: dict[int, tuple[int, type, type]] = {
     API_CREATE_TOPICS: (7, kcreate_req.CreateTopicsRequest, kcreate_resp.CreateTopicsResponse),
     API_BROKER_REGISTRATION: (4, kregister_req.BrokerRegistrationRequest, kregister_resp.BrokerRegistrationResponse),
     API_BROKER_HEARTBEAT: (1, kheartbeat_req.BrokerHeartbeatRequest, kheartbeat_resp.BrokerHeartbeatResponse),
+    API_DELETE_TOPICS: (6, kdelete_req.DeleteTopicsRequest, kdelete_resp.DeleteTopicsResponse),
+    API_CREATE_PARTITIONS: (3, kpartitions_req.CreatePartitionsRequest, kpartitions_resp.CreatePartitionsResponse),
+    API_ALTER_PARTITION: (3, kalter_req.AlterPartitionRequest, kalter_resp.AlterPartitionResponse),
 }
 
 TOPIC_RESOURCE_TYPE = 2  # ConfigResource.Type.TOPIC
@@ -81,6 +112,10 @@ MAX_TOPIC_NAME_CHARS = 249  # Kafka's Topic.MAX_NAME_LENGTH
 _LEGAL_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 _ZERO_UUID = uuid.UUID(int=0)  # DirectoryId.UNASSIGNED: the broker picks the directory
 _NO_THROTTLE = datetime.timedelta(0)
+BROKER_REGISTRATION_CHANGE = versions.LEVELS["3.3-IV2"]  # Kafka fences/unfences with this record from here
+
+# Kafka's BrokerControlState: where a heartbeat takes a broker (see Controller._next_state)
+FENCED, UNFENCED, CONTROLLED_SHUTDOWN, SHUTDOWN_NOW = "fenced", "unfenced", "controlled_shutdown", "shutdown_now"
 
 
 def _now_ms() -> int:
@@ -204,10 +239,20 @@ class ControllerConfig:
     default_replication_factor: int = 1  # default.replication.factor, for ReplicationFactor -1
     max_partitions_per_topic: int = 100_000  # a bound on one topic's records in one proposal
     write_timeout_ms: int = 10_000  # a write not committed within this answers REQUEST_TIMED_OUT
+    max_records_per_batch: int = 10_000  # Kafka's controller maxRecordsPerBatch: non-atomic writes split here
+    default_min_isr: int = 1  # min.insync.replicas for topics without their own (ELR decisions)
 
 
 class _NotActive(Exception):
     """This controller is not (or no longer) the active one."""
+
+
+class _Refused(Exception):
+    """A request item refused with a Kafka error code (the rest of the request goes on)."""
+
+    def __init__(self, code: ErrorCode, message: str):
+        super().__init__(message)
+        self.code, self.message = code, message
 
 
 class Controller:
@@ -223,6 +268,10 @@ class Controller:
         self.rng = rng or random.Random()
         self._lock = asyncio.Lock()
         self._sessions: dict[int, int] = {}  # broker id -> session deadline (monotonic ms)
+        self._metadata_offsets: dict[int, int] = {}  # broker id -> metadata offset of its last heartbeat
+        # broker id -> the offset its controlled shutdown completes at (Kafka's controlledShutdownOffset;
+        # kept in memory only, as Kafka's heartbeat manager does: a new active controller starts without)
+        self._shutdown_offsets: dict[int, int] = {}
         self._active_epoch = -1  # the Raft epoch this controller became active in, else -1
         self._fence_task: asyncio.Task | None = None
         self.writes = 0
@@ -248,6 +297,7 @@ class Controller:
         self._active_epoch = epoch
         deadline = _now_ms() + self.config.session_timeout_ms
         self._sessions = {b: deadline for b in self.publisher.image.cluster.brokers}
+        self._metadata_offsets, self._shutdown_offsets = {}, {}
         loop = asyncio.get_running_loop()
         loop.create_task(self._bootstrap())
         if self._fence_task is None or self._fence_task.done():
@@ -290,36 +340,98 @@ class Controller:
     async def _fence_expired(self) -> None:
         now = _now_ms()
         brokers = self.publisher.image.cluster.brokers
-        expired = [b for b in brokers.values() if not b.fenced and self._sessions.get(b.broker_id, now) < now]
+        expired = [b.broker_id for b in brokers.values()
+                   if not b.fenced and self._sessions.get(b.broker_id, now) < now]
         if not expired:
             return
         async with self._lock:
-            records = []
-            for b in expired:
-                current = self.publisher.image.cluster.brokers.get(b.broker_id)
-                if current is not None and not current.fenced and self._sessions.get(b.broker_id, now) < _now_ms():
-                    records.append(codec.encode_record("FenceBrokerRecord", 0, {"Id": current.broker_id,
-                                                                                "Epoch": current.epoch}))
-            if records:
-                log.info("fencing %d broker(s) whose session expired", len(records))
-                await self._write(records)
+            # One broker per write, as Kafka's maybeFenceOneStaleBroker: each fencing's elections
+            # see the brokers fenced before it.
+            for broker_id in expired:
+                current = self.publisher.image.cluster.brokers.get(broker_id)
+                if current is None or current.fenced or self._sessions.get(broker_id, now) >= _now_ms():
+                    continue
+                records = self._fence_records(current)
+                log.info("fencing broker %d: its session expired (%d partition change(s))", broker_id,
+                         len(records) - 1)
+                await self._write_many(records)
+                self._shutdown_offsets.pop(broker_id, None)
 
     async def _write(self, records: list[bytes]) -> int:
         """Propose ``records`` as one proposal (call with the lock held); return once they are in
         the image. Returns the offset of the first record."""
+        base, _ = await self._write_proposals([records])
+        return base
+
+    async def _write_many(self, records: list[bytes]) -> int:
+        """Write ``records`` in order, split into proposals of at most ``max_records_per_batch``
+        records and the driver's max_batch_bytes (Kafka's non-atomic appendRecords): all are
+        proposed at once, in order, and this returns once the last is in the image. Returns the
+        offset of the last record (with nothing to write: the last offset in the image)."""
+        if not records:
+            return self.publisher.next_offset - 1
+        driver_config = getattr(self.driver, "config", None)
+        max_records = min(self.config.max_records_per_batch,
+                          getattr(driver_config, "max_batch_records", self.config.max_records_per_batch))
+        max_bytes = getattr(driver_config, "max_batch_bytes", 1 << 62)
+        chunks, chunk, size = [], [], 0
+        for value in records:
+            if chunk and (len(chunk) >= max_records or size + len(value) > max_bytes):
+                chunks.append(chunk)
+                chunk, size = [], 0
+            chunk.append(value)
+            size += len(value)
+        if chunk:
+            chunks.append(chunk)
+        _, last = await self._write_proposals(chunks)
+        return last
+
+    async def _write_proposals(self, proposals: list[list[bytes]]) -> tuple[int, int]:
+        """Propose each list as one proposal, in order (call with the lock held); return (first
+        offset, last offset) once all are in the image."""
         if not self.is_active:
             raise _NotActive()
         try:
-            future = self.driver.propose(records)
+            futures = [self.driver.propose(records) for records in proposals]
         except NotLeaderError:
             raise _NotActive() from None
         try:
-            base, last = await asyncio.wait_for(future, self.config.write_timeout_ms / 1000)
+            done = await asyncio.wait_for(asyncio.gather(*futures), self.config.write_timeout_ms / 1000)
         except NotLeaderError:
             raise _NotActive() from None
-        await self.publisher.wait_applied(last)
-        self.writes += 1
-        return base
+        await self.publisher.wait_applied(done[-1][1])
+        self.writes += len(proposals)
+        return done[0][0], done[-1][1]
+
+    # -- partition changes of broker events -------------------------------------------------------
+
+    def _fence_records(self, broker) -> list[bytes]:
+        """Kafka's handleBrokerFenced: the broker's leaderships and ISR places go, then the
+        fencing record (last: a reader never sees the broker fenced while still leading)."""
+        image = self.publisher.image
+        changes = replication.fence_changes(image, broker.broker_id, default_min_isr=self.config.default_min_isr)
+        return replication.encode_changes(changes) + [_fencing_record(image, broker, fence=True)]
+
+    def _unfence_records(self, broker) -> list[bytes]:
+        """Kafka's handleBrokerUnfenced: the unfencing record first, then offline partitions elect
+        a leader (the broker counting as live). Leaders never move back otherwise."""
+        image = self.publisher.image
+        changes = replication.unfence_changes(image, broker.broker_id, default_min_isr=self.config.default_min_isr)
+        return [_fencing_record(image, broker, fence=False)] + replication.encode_changes(changes)
+
+    def _controlled_shutdown_records(self, broker) -> list[bytes]:
+        """Kafka's handleBrokerInControlledShutdown: BrokerRegistrationChangeRecord
+        InControlledShutdown=1 (from 3.3-IV3; Kafka writes it at version 1), then the broker leaves
+        every leadership and every ISR it shares with others."""
+        image = self.publisher.image
+        out = []
+        level = image.features.metadata_version or versions.LATEST
+        if level >= versions.IN_CONTROLLED_SHUTDOWN and not broker.in_controlled_shutdown:
+            out.append(codec.encode_record("BrokerRegistrationChangeRecord", 1, {
+                "BrokerId": broker.broker_id, "BrokerEpoch": broker.epoch,
+                "InControlledShutdown": CONTROLLED_SHUTDOWN_IN}))
+        changes = replication.fence_changes(image, broker.broker_id, default_min_isr=self.config.default_min_isr)
+        return out + replication.encode_changes(changes)
 
     # -- CreateTopics -------------------------------------------------------------------------------
 
@@ -433,11 +545,15 @@ class Controller:
             except TimeoutError:
                 return _register_response(ErrorCode.request_timed_out)
             self._sessions[req.broker_id] = _now_ms() + self.config.session_timeout_ms
+            self._shutdown_offsets.pop(req.broker_id, None)  # a new incarnation starts afresh
             return _register_response(ErrorCode.none, epoch)
 
     # -- BrokerHeartbeat ----------------------------------------------------------------------------
 
     async def heartbeat(self, req) -> kheartbeat_resp.BrokerHeartbeatResponse:
+        """Kafka's processBrokerHeartbeat: the broker's next state (``_next_state``), the records
+        of the transition if it changes, and the answer (is_fenced / should_shut_down of the next
+        state; is_caught_up: its metadata offset reached its registration)."""
         if not self.is_active:
             return _heartbeat_response(ErrorCode.not_controller)
         current = self.publisher.image.cluster.brokers.get(req.broker_id)
@@ -446,26 +562,300 @@ class Controller:
         if current.epoch != req.broker_epoch:
             return _heartbeat_response(ErrorCode.stale_broker_epoch)
         self._sessions[req.broker_id] = _now_ms() + self.config.session_timeout_ms
+        self._metadata_offsets[req.broker_id] = req.current_metadata_offset
         caught_up = req.current_metadata_offset >= current.epoch
-        fence = req.want_fence or req.want_shut_down
-        if current.fenced == fence or (not fence and not caught_up):
-            return _heartbeat_response(ErrorCode.none, caught_up=caught_up, fenced=current.fenced,
-                                       shut_down=req.want_shut_down)
+        state, following = self._next_state(current, req)
+        if state != following:
+            async with self._lock:
+                current = self.publisher.image.cluster.brokers.get(req.broker_id)
+                if current is None or current.epoch != req.broker_epoch:
+                    return _heartbeat_response(ErrorCode.stale_broker_epoch)
+                state, following = self._next_state(current, req)
+                if state != following:
+                    try:
+                        await self._transition(current, following)
+                    except _NotActive:
+                        return _heartbeat_response(ErrorCode.not_controller)
+                    except TimeoutError:
+                        return _heartbeat_response(ErrorCode.request_timed_out)
+        return _heartbeat_response(ErrorCode.none, caught_up=caught_up, fenced=following in (FENCED, SHUTDOWN_NOW),
+                                   shut_down=following == SHUTDOWN_NOW)
+
+    def _next_state(self, broker, req) -> tuple[str, str]:
+        """(current, next) state: Kafka's BrokerHeartbeatManager.calculateNextBrokerState.
+
+        FENCED               want_shut_down -> SHUTDOWN_NOW; caught up and not want_fence -> UNFENCED
+        UNFENCED             want_fence -> FENCED (SHUTDOWN_NOW with want_shut_down);
+                             want_shut_down -> CONTROLLED_SHUTDOWN if it leads partitions, else SHUTDOWN_NOW
+        CONTROLLED_SHUTDOWN  SHUTDOWN_NOW once it leads nothing and every active broker's metadata
+                             offset reached the shutdown offset (they all know where leaders went)
+        """
+        bid = broker.broker_id
+        if broker.fenced:
+            state = FENCED
+        elif bid in self._shutdown_offsets:
+            state = CONTROLLED_SHUTDOWN
+        else:
+            state = UNFENCED
+        if state == FENCED:
+            if req.want_shut_down:
+                return state, SHUTDOWN_NOW
+            if not req.want_fence and req.current_metadata_offset >= broker.epoch:
+                return state, UNFENCED
+            return state, FENCED
+        if state == UNFENCED:
+            if req.want_fence:
+                return state, SHUTDOWN_NOW if req.want_shut_down else FENCED
+            if req.want_shut_down:
+                leads = replication.leads_any(self.publisher.image.topics, bid)
+                return state, CONTROLLED_SHUTDOWN if leads else SHUTDOWN_NOW
+            return state, UNFENCED
+        if replication.leads_any(self.publisher.image.topics, bid):
+            return state, CONTROLLED_SHUTDOWN
+        if self._shutdown_offsets[bid] <= self._lowest_active_offset():
+            return state, SHUTDOWN_NOW
+        return state, CONTROLLED_SHUTDOWN
+
+    def _lowest_active_offset(self) -> int:
+        """The lowest metadata offset active brokers (unfenced, not shutting down) reported; a
+        broker that has not reported since this controller became active counts as -1."""
+        offsets = [self._metadata_offsets.get(b, -1) for b, reg in self.publisher.image.cluster.brokers.items()
+                   if not reg.fenced and not reg.in_controlled_shutdown and b not in self._shutdown_offsets]
+        return min(offsets, default=1 << 63)
+
+    async def _transition(self, broker, following: str) -> None:
+        """Write the records that take ``broker`` to state ``following`` (call with the lock held)."""
+        bid = broker.broker_id
+        if following == UNFENCED:
+            await self._write_many(self._unfence_records(broker))
+        elif following == CONTROLLED_SHUTDOWN:
+            last = await self._write_many(self._controlled_shutdown_records(broker))
+            self._shutdown_offsets.setdefault(bid, last)
+            log.info("broker %d is in controlled shutdown; done at offset %d", bid, self._shutdown_offsets[bid])
+        elif broker.fenced:  # SHUTDOWN_NOW of a fenced broker: Kafka fences it again, a no-op here
+            self._shutdown_offsets.pop(bid, None)
+        else:  # FENCED, SHUTDOWN_NOW
+            records = self._fence_records(broker)
+            log.info("fencing broker %d (%s; %d partition change(s))", bid, following, len(records) - 1)
+            await self._write_many(records)
+            self._shutdown_offsets.pop(bid, None)
+
+    # -- DeleteTopics ---------------------------------------------------------------------------------
+
+    async def delete_topics(self, req) -> kdelete_resp.DeleteTopicsResponse:
+        if not self.is_active:
+            return _delete_response([_deleted(t.name, t.topic_id, ErrorCode.not_controller, "not the active controller")
+                                     for t in req.topics])
         async with self._lock:
-            current = self.publisher.image.cluster.brokers.get(req.broker_id)
-            if current is None or current.epoch != req.broker_epoch:
-                return _heartbeat_response(ErrorCode.stale_broker_epoch)
-            if current.fenced != fence:
-                name = "FenceBrokerRecord" if fence else "UnfenceBrokerRecord"
-                try:
-                    await self._write([codec.encode_record(name, 0, {"Id": current.broker_id,
-                                                                     "Epoch": current.epoch})])
-                except _NotActive:
-                    return _heartbeat_response(ErrorCode.not_controller)
-                except TimeoutError:
-                    return _heartbeat_response(ErrorCode.request_timed_out)
-            fenced = self.publisher.image.cluster.brokers[req.broker_id].fenced
-        return _heartbeat_response(ErrorCode.none, caught_up=caught_up, fenced=fenced, shut_down=req.want_shut_down)
+            try:
+                await self._ensure_bootstrapped()
+                return await self._delete_topics_locked(req)
+            except _NotActive:
+                code, why = ErrorCode.not_controller, "lost leadership before the deletions were committed"
+            except TimeoutError:
+                code, why = ErrorCode.request_timed_out, "the deletions were not committed in time"
+        return _delete_response([_deleted(t.name, t.topic_id, code, why) for t in req.topics])
+
+    async def _delete_topics_locked(self, req) -> kdelete_resp.DeleteTopicsResponse:
+        """Kafka's ControllerApis.deleteTopics + ReplicationControlManager.deleteTopics: one result
+        per distinct name or id, in request order; every deletion (a RemoveTopicRecord) in one
+        proposal. Ids are resolved before names, so a name whose id is also given is refused."""
+        topics = self.publisher.image.topics
+        slots: list = [None] * len(req.topics)
+        first: dict[tuple[str, object], int] = {}
+        repeated: set[tuple[str, object]] = set()
+        for i, t in enumerate(req.topics):
+            topic_id = _given_id(t.topic_id)
+            if t.name is None and topic_id is None:
+                slots[i] = _deleted(None, None, ErrorCode.invalid_request, "Neither topic name nor id were specified.")
+            elif t.name is not None and topic_id is not None:
+                slots[i] = _deleted(t.name, topic_id, ErrorCode.invalid_request,
+                                    "You may not specify both topic name and topic id.")
+            else:
+                key = ("id", topic_id) if topic_id is not None else ("name", t.name)
+                if key in first:
+                    repeated.add(key)
+                else:
+                    first[key] = i
+        doomed: dict[uuid.UUID, tuple[str, int]] = {}  # topic id -> (name, result slot)
+        for (kind, value), i in sorted(first.items(), key=lambda kv: kv[0][0] != "id"):  # ids first
+            if (kind, value) in repeated:
+                slots[i] = _deleted(value if kind == "name" else None, value if kind == "id" else None,
+                                    ErrorCode.invalid_request, f"Duplicate topic {kind}.")
+            elif kind == "id":
+                view = topics.topic_by_id(value)
+                if view is None:
+                    slots[i] = _deleted(None, value, ErrorCode.unknown_topic_id, "This server does not host this topic ID.")
+                else:
+                    doomed[value] = (view.name, i)
+            else:
+                view = topics.topic(value)
+                if view is None:
+                    slots[i] = _deleted(value, None, ErrorCode.unknown_topic_or_partition,
+                                        "This server does not host this topic-partition.")
+                elif view.topic_id in doomed:
+                    slots[i] = _deleted(value, view.topic_id, ErrorCode.invalid_request,
+                                        "The provided topic name maps to an ID that was already supplied.")
+                else:
+                    doomed[view.topic_id] = (value, i)
+        if doomed:
+            await self._write([codec.encode_record("RemoveTopicRecord", 0, {"TopicId": topic_id})
+                               for topic_id in doomed])
+            log.info("deleted %d topic(s)", len(doomed))
+        for topic_id, (name, i) in doomed.items():
+            slots[i] = _deleted(name, topic_id, ErrorCode.none, None)
+        return _delete_response([r for r in slots if r is not None])
+
+    # -- CreatePartitions -----------------------------------------------------------------------------
+
+    async def create_partitions(self, req) -> kpartitions_resp.CreatePartitionsResponse:
+        names = list(dict.fromkeys(t.name for t in req.topics))
+        if not self.is_active:
+            return _partitions_response([_partitions_result(n, ErrorCode.not_controller, "not the active controller")
+                                         for n in names])
+        async with self._lock:
+            try:
+                await self._ensure_bootstrapped()
+                return await self._create_partitions_locked(req)
+            except _NotActive:
+                code, why = ErrorCode.not_controller, "lost leadership before the partitions were committed"
+            except TimeoutError:
+                code, why = ErrorCode.request_timed_out, "the partitions were not committed in time"
+        return _partitions_response([_partitions_result(n, code, why) for n in names])
+
+    async def _create_partitions_locked(self, req) -> kpartitions_resp.CreatePartitionsResponse:
+        """Kafka's ReplicationControlManager.createPartitions: increase only, the new partitions
+        placed like CreateTopics' (or as assigned) with the topic's replication factor, ISR = the
+        live replicas, leader = the first of them; all topics' records in one proposal."""
+        image = self.publisher.image
+        pr_version = versions.partition_record_version(image.features.metadata_version or versions.LATEST)
+        counts = Counter(t.name for t in req.topics)
+        results, records, done = [], [], set()
+        for t in req.topics:
+            if t.name in done:
+                continue
+            done.add(t.name)
+            if counts[t.name] > 1:
+                results.append(_partitions_result(t.name, ErrorCode.invalid_request, "Duplicate topic name."))
+                continue
+            try:
+                records.extend(self._new_partitions(t, image, pr_version))
+            except _Refused as refusal:
+                results.append(_partitions_result(t.name, refusal.code, refusal.message))
+                continue
+            results.append(_partitions_result(t.name, ErrorCode.none, None))
+        if records and not req.validate_only:
+            await self._write(records)
+        return _partitions_response(results)
+
+    def _new_partitions(self, t, image: MetadataImage, pr_version: int) -> list[bytes]:
+        """The PartitionRecords that take topic ``t.name`` to ``t.count`` partitions; _Refused
+        with Kafka's error otherwise."""
+        view = image.topics.topic(t.name)
+        if view is None:
+            raise _Refused(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
+        current = view.partition_count
+        if t.count == current:
+            raise _Refused(ErrorCode.invalid_partitions, f"Topic already has {current} partition(s).")
+        if t.count < current:
+            raise _Refused(ErrorCode.invalid_partitions, f"The topic {t.name} currently has {current} partition(s); "
+                                                         f"{t.count} would not be an increase.")
+        if t.count > self.config.max_partitions_per_topic:
+            raise _Refused(ErrorCode.invalid_partitions, f"{t.count} partitions is above the maximum "
+                                                         f"{self.config.max_partitions_per_topic} per topic")
+        additional = t.count - current
+        if t.assignments is not None and len(t.assignments) != additional:
+            raise _Refused(ErrorCode.invalid_replica_assignment, f"Attempted to add {additional} additional "
+                           f"partition(s), but only {len(t.assignments)} assignment(s) were specified.")
+        first = next((p for p in (image.topics.partition_by_id(view.topic_id, i) for i in range(current))
+                      if p is not None), None)
+        if first is None:
+            raise _Refused(ErrorCode.unknown_server_error, f"Invalid state: topic {t.name} appears to have no partitions.")
+        rf = len(first.replicas)
+        live = image.cluster.live_brokers()
+        if t.assignments is not None:
+            active = {b.broker_id for b in live}
+            assignment, isrs = [], []
+            for i, a in enumerate(t.assignments):
+                replicas = [int(b) for b in a.broker_ids]
+                _check_manual_assignment(replicas, rf, image)
+                isr = [b for b in replicas if b in active]
+                if not isr:
+                    raise _Refused(ErrorCode.invalid_replica_assignment, "All brokers specified in the manual "
+                                   f"partition assignment for partition {current + i} are fenced or in controlled shutdown.")
+                assignment.append(replicas)
+                isrs.append(isr)
+        else:
+            order = rack_interleaved(live)
+            if rf > len(order):
+                raise _Refused(ErrorCode.invalid_replication_factor, (
+                    f"Unable to replicate the partition {rf} time(s): the target replication factor of {rf} cannot be "
+                    f"reached because only {len(order)} broker(s) are registered and unfenced."))
+            assignment = place_replicas(order, additional, rf, self.rng.randrange(len(order)))
+            isrs = assignment
+        return [_partition_record(view.topic_id, current + i, replicas, isr, pr_version)
+                for i, (replicas, isr) in enumerate(zip(assignment, isrs, strict=True))]
+
+    # -- AlterPartition -------------------------------------------------------------------------------
+
+    async def alter_partition(self, req) -> kalter_resp.AlterPartitionResponse:
+        if not self.is_active:
+            return _alter_response(ErrorCode.not_controller, ())
+        async with self._lock:
+            try:
+                await self._ensure_bootstrapped()
+                return await self._alter_partition_locked(req)
+            except _NotActive:
+                return _alter_response(ErrorCode.not_controller, ())
+            except TimeoutError:
+                return _alter_response(ErrorCode.request_timed_out, ())
+
+    async def _alter_partition_locked(self, req) -> kalter_resp.AlterPartitionResponse:
+        """Kafka's ReplicationControlManager.alterPartition (v3): the leader asks for a new ISR;
+        each partition is validated (``_alter_partition_error``), the change built as Kafka's
+        PartitionChangeBuilder would (the leader may move if it is shutting down), and answered
+        with the partition's state after the write."""
+        image = self.publisher.image
+        broker = image.cluster.brokers.get(req.broker_id)
+        if broker is None or broker.epoch != req.broker_epoch:
+            return _alter_response(ErrorCode.stale_broker_epoch, ())
+        rules = replication.rules_for(image, default_min_isr=self.config.default_min_isr)
+        out, changes, written = [], [], []
+        for t in req.topics:
+            topic_id = _given_id(t.topic_id)
+            parts: list = []
+            out.append((t.topic_id, parts))
+            if topic_id is None or image.topics.topic_by_id(topic_id) is None:
+                parts.extend(_altered_error(pd.partition_index, ErrorCode.unknown_topic_id) for pd in t.partitions)
+                continue
+            for pd in t.partitions:
+                part = image.topics.partition_by_id(topic_id, pd.partition_index)
+                error = _alter_partition_error(req.broker_id, part, pd, image)
+                if error is not None:
+                    parts.append(_altered_error(pd.partition_index, error))
+                    continue
+                change = replication.build_change(part, [int(b.broker_id) for b in pd.new_isr_with_epochs], rules,
+                                                  target_recovery_state=int(pd.leader_recovery_state))
+                if change is not None:
+                    changes.append(change)
+                written.append((parts, len(parts), topic_id, pd.partition_index, change))
+                parts.append(None)
+        if changes:
+            version = rules.record_version
+            await self._write_many([codec.encode_record("PartitionChangeRecord", version, c) for c in changes])
+        topics = self.publisher.image.topics
+        for parts, at, topic_id, index, change in written:
+            leader = change.get("Leader", NO_LEADER_CHANGE) if change is not None else NO_LEADER_CHANGE
+            if leader not in (NO_LEADER_CHANGE, req.broker_id):
+                parts[at] = _altered_error(index, ErrorCode.new_leader_elected)  # it must learn the new leader
+                continue
+            p = topics.partition_by_id(topic_id, index)
+            parts[at] = kalter_resp.PartitionData(
+                partition_index=i32(index), error_code=ErrorCode.none, leader_id=i32(p.leader),
+                leader_epoch=i32(p.leader_epoch), isr=tuple(i32(b) for b in p.isr),
+                leader_recovery_state=i8(p.leader_recovery_state), partition_epoch=i32(p.partition_epoch))
+        return _alter_response(ErrorCode.none, tuple(
+            kalter_resp.TopicData(topic_id=topic_id, partitions=tuple(parts)) for topic_id, parts in out))
 
     # -- the request table ----------------------------------------------------------------------------
 
@@ -473,7 +863,8 @@ class Controller:
         """api key -> coroutine function(kio request) -> kio response: the requests that may write
         (the transport runs them as tasks and answers in request order)."""
         return {API_CREATE_TOPICS: self.create_topics, API_BROKER_REGISTRATION: self.register_broker,
-                API_BROKER_HEARTBEAT: self.heartbeat}
+                API_BROKER_HEARTBEAT: self.heartbeat, API_DELETE_TOPICS: self.delete_topics,
+                API_CREATE_PARTITIONS: self.create_partitions, API_ALTER_PARTITION: self.alter_partition}
 
     def metadata(self, req) -> kmetadata_resp.MetadataResponse:
         """Metadata from this controller's own image: what a standby answers shows what it has
@@ -490,15 +881,112 @@ def _topic_records(t, topic_id: uuid.UUID, assignment: list[list[int]], pr_versi
     replicas, epochs 0), then a ConfigRecord per requested config: Kafka's order."""
     out = [codec.encode_record("TopicRecord", 0, {"Name": t.name, "TopicId": topic_id})]
     for p, replicas in enumerate(assignment):
-        data = {"PartitionId": p, "TopicId": topic_id, "Replicas": replicas, "Isr": replicas,
-                "Leader": replicas[0], "LeaderEpoch": 0, "PartitionEpoch": 0}
-        if pr_version >= 1:
-            data["Directories"] = [_ZERO_UUID] * len(replicas)
-        out.append(codec.encode_record("PartitionRecord", pr_version, data))
+        out.append(_partition_record(topic_id, p, replicas, replicas, pr_version))
     for c in t.configs:
         out.append(codec.encode_record("ConfigRecord", 0, {"ResourceType": TOPIC_RESOURCE_TYPE,
                                                            "ResourceName": t.name, "Name": c.name, "Value": c.value}))
     return out
+
+
+def _fencing_record(image: MetadataImage, broker, *, fence: bool) -> bytes:
+    """What Kafka writes to fence / unfence: BrokerRegistrationChangeRecord v0 (Fenced 1 / -1)
+    from metadata.version 3.3-IV2 (isBrokerRegistrationChangeRecordSupported), Fence/
+    UnfenceBrokerRecord before."""
+    if (image.features.metadata_version or versions.LATEST) >= BROKER_REGISTRATION_CHANGE:
+        return codec.encode_record("BrokerRegistrationChangeRecord", 0, {
+            "BrokerId": broker.broker_id, "BrokerEpoch": broker.epoch,
+            "Fenced": FENCING_FENCE if fence else FENCING_UNFENCE})
+    return codec.encode_record("FenceBrokerRecord" if fence else "UnfenceBrokerRecord", 0,
+                               {"Id": broker.broker_id, "Epoch": broker.epoch})
+
+
+def _partition_record(topic_id: uuid.UUID, partition_id: int, replicas: list[int], isr: list[int],
+                      pr_version: int) -> bytes:
+    """A new partition: leader = the first ISR member, epochs 0, directories UNASSIGNED."""
+    data = {"PartitionId": partition_id, "TopicId": topic_id, "Replicas": replicas, "Isr": isr,
+            "Leader": isr[0], "LeaderEpoch": 0, "PartitionEpoch": 0}
+    if pr_version >= 1:
+        data["Directories"] = [_ZERO_UUID] * len(replicas)
+    return codec.encode_record("PartitionRecord", pr_version, data)
+
+
+def _check_manual_assignment(replicas: list[int], rf: int, image: MetadataImage) -> None:
+    """Kafka's validateManualPartitionAssignment (INVALID_REPLICA_ASSIGNMENT)."""
+    if not replicas:
+        raise _Refused(ErrorCode.invalid_replica_assignment,
+                       "The manual partition assignment includes an empty replica list.")
+    previous = None
+    for b in sorted(replicas):
+        if b not in image.cluster.brokers:
+            raise _Refused(ErrorCode.invalid_replica_assignment, f"The manual partition assignment includes broker "
+                                                                 f"{b}, but no such broker is registered.")
+        if b == previous:
+            raise _Refused(ErrorCode.invalid_replica_assignment,
+                           f"The manual partition assignment includes the broker {b} more than once.")
+        previous = b
+    if len(replicas) != rf:
+        raise _Refused(ErrorCode.invalid_replica_assignment, (
+            f"The manual partition assignment includes a partition with {len(replicas)} replica(s), but this is "
+            f"not consistent with previous partitions, which have {rf} replica(s)."))
+
+
+def _alter_partition_error(broker_id: int, part, pd, image: MetadataImage) -> ErrorCode | None:
+    """Kafka's validateAlterPartitionData, in its order (v3 answers INELIGIBLE_REPLICA)."""
+    if part is None:
+        return ErrorCode.unknown_topic_or_partition
+    # a request ahead of this controller's image: it is likely no longer the active controller
+    if pd.leader_epoch > part.leader_epoch or pd.partition_epoch > part.partition_epoch:
+        return ErrorCode.not_controller
+    if pd.leader_epoch < part.leader_epoch:
+        return ErrorCode.fenced_leader_epoch
+    if broker_id != part.leader:
+        return ErrorCode.invalid_request
+    if pd.partition_epoch < part.partition_epoch:
+        return ErrorCode.invalid_update_version
+    new_isr = [int(b.broker_id) for b in pd.new_isr_with_epochs]
+    if len(set(new_isr)) != len(new_isr) or not set(new_isr) <= set(part.replicas) or part.leader not in new_isr:
+        return ErrorCode.invalid_request  # Replicas.validateIsr, and the ISR must hold its leader
+    if pd.leader_recovery_state == replication.RECOVERING and len(new_isr) > 1:
+        return ErrorCode.invalid_request
+    if part.leader_recovery_state == 0 and pd.leader_recovery_state == replication.RECOVERING:
+        return ErrorCode.invalid_request  # RECOVERED never goes back to RECOVERING
+    for state in pd.new_isr_with_epochs:
+        reg = image.cluster.brokers.get(state.broker_id)
+        if reg is None or reg.in_controlled_shutdown or reg.fenced or \
+                (state.broker_epoch != -1 and reg.epoch != state.broker_epoch):
+            return ErrorCode.ineligible_replica
+    return None
+
+
+def _given_id(topic_id) -> uuid.UUID | None:
+    """A topic id field, None when absent (null or Kafka's ZERO_UUID)."""
+    return None if topic_id is None or topic_id == _ZERO_UUID else topic_id
+
+
+def _deleted(name: str | None, topic_id, code: ErrorCode, message: str | None) -> kdelete_resp.DeletableTopicResult:
+    return kdelete_resp.DeletableTopicResult(name=name, topic_id=_given_id(topic_id) or _ZERO_UUID,
+                                             error_code=code, error_message=message)
+
+
+def _delete_response(results) -> kdelete_resp.DeleteTopicsResponse:
+    return kdelete_resp.DeleteTopicsResponse(throttle_time=_NO_THROTTLE, responses=tuple(results))
+
+
+def _partitions_result(name: str, code: ErrorCode, message: str | None) -> kpartitions_resp.CreatePartitionsTopicResult:
+    return kpartitions_resp.CreatePartitionsTopicResult(name=name, error_code=code, error_message=message)
+
+
+def _partitions_response(results) -> kpartitions_resp.CreatePartitionsResponse:
+    return kpartitions_resp.CreatePartitionsResponse(throttle_time=_NO_THROTTLE, results=tuple(results))
+
+
+def _altered_error(index: int, code: ErrorCode) -> kalter_resp.PartitionData:
+    return kalter_resp.PartitionData(partition_index=i32(index), error_code=code, leader_id=i32(0),
+                                     leader_epoch=i32(0), isr=(), partition_epoch=i32(0))
+
+
+def _alter_response(code: ErrorCode, topics) -> kalter_resp.AlterPartitionResponse:
+    return kalter_resp.AlterPartitionResponse(throttle_time=_NO_THROTTLE, error_code=code, topics=tuple(topics))
 
 
 def _topic_result(name: str, code: ErrorCode, message: str | None) -> kcreate_resp.CreatableTopicResult:

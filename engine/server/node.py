@@ -29,10 +29,13 @@ start advances past it. A restarted node loads its newest snapshot and replays o
 One socket serves everything (Kafka's wire; responses with header v1 except ApiVersions' v0):
     raft         Vote, BeginQuorumEpoch, EndQuorumEpoch, DescribeQuorum, Fetch, FetchSnapshot,
                  Produce (raftnode.py's client API, left as it is)
-    controller   the write APIs of controller.CONTROLLER_APIS (controller role only; the active
-                 controller writes, every other node answers NOT_CONTROLLER)
+    controller   CreateTopics, DeleteTopics, CreatePartitions, AlterPartition, BrokerRegistration,
+                 BrokerHeartbeat (controller.CONTROLLER_APIS), UpdateFeatures (features.py),
+                 ControllerRegistration (controller_registration.py): controller role only; the
+                 active controller writes, every other node answers NOT_CONTROLLER
     Metadata     v12, every role, from this node's own image (a lagging node answers what it has)
-    ApiVersions  v3-v4, listing what this node serves
+    OffsetsForLeaderEpoch  v4 on __cluster_metadata-0, every role (epoch_offsets.py)
+    ApiVersions  v3-v4, listing what this node serves, with supported and finalized features
 
 Controller responses go out in request order on each connection (Kafka's promise), even though
 their handlers finish out of order. The process prints ``READY node=<id> port=<port>`` once it
@@ -69,6 +72,8 @@ from kraftlog.engine.server.controller_registration import (
     ControllerRegistrar,
     handle_controller_registration,
 )
+from kraftlog.engine.server.epoch_offsets import API_OFFSETS_FOR_LEADER_EPOCH, OFFSETS_FOR_LEADER_EPOCH_API
+from kraftlog.engine.server.epoch_offsets import answer as answer_epoch_offsets
 from kraftlog.engine.server.features import (
     API_UPDATE_FEATURES,
     UPDATE_FEATURES_API,
@@ -93,8 +98,10 @@ SNAPSHOT_DIRNAME = "snapshots"  # the LMDB environment, inside the metadata log 
 ROLE_CONTROLLER, ROLE_BROKER = "controller", "broker"
 # what a node with the controller role serves beyond raft (a broker serves Metadata only)
 NODE_CONTROLLER_APIS = {**CONTROLLER_APIS, API_UPDATE_FEATURES: UPDATE_FEATURES_API,
-                        API_CONTROLLER_REGISTRATION: CONTROLLER_REGISTRATION_API}
-_BROKER_APIS = {API_METADATA: CONTROLLER_APIS[API_METADATA]}
+                        API_CONTROLLER_REGISTRATION: CONTROLLER_REGISTRATION_API,
+                        API_OFFSETS_FOR_LEADER_EPOCH: OFFSETS_FOR_LEADER_EPOCH_API}
+_BROKER_APIS = {API_METADATA: CONTROLLER_APIS[API_METADATA],
+                API_OFFSETS_FOR_LEADER_EPOCH: OFFSETS_FOR_LEADER_EPOCH_API}
 
 
 class NodeError(KraftlogError):
@@ -114,6 +121,7 @@ class NodeTransport(RaftTransport):
     cluster_id: str | None = None
     supported: list[tuple[str, int, int]] = []  # this node's feature ranges, for ApiVersions
     metrics = None  # metrics.NodeMetrics when the node exports metrics
+    core = None  # the RaftCore, for OffsetsForLeaderEpoch
 
     def _served(self) -> dict[int, tuple[int, type, type]]:
         return NODE_CONTROLLER_APIS if self.controller is not None else _BROKER_APIS
@@ -143,6 +151,11 @@ class NodeTransport(RaftTransport):
             self.frames_rejected += 1
             raise wire.WireFormatError(f"unsupported API key {api_key} version {version} (served: v{served})")
         correlation_id, body = _parse(frame, request_type, api_key)
+        if api_key == API_OFFSETS_FOR_LEADER_EPOCH:
+            core = self.core
+            self._respond(conn, answer_epoch_offsets(body, raft_log=core.log, current_epoch=core.epoch,
+                                                     high_watermark=core.high_watermark), correlation_id)
+            return
         if api_key == API_METADATA:
             self._respond(conn, answer_metadata(self.publisher.image, body, cluster_id=self.cluster_id,
                                                 controller_id=self.publisher.leader[0]), correlation_id)
@@ -377,6 +390,7 @@ class MetadataNode(RaftNode):
         self.machine.snapshotter = self.snapshotter = Snapshotter(self, snapshot_policy or SnapshotPolicy())
         self.transport.publisher, self.transport.cluster_id = self.machine, cluster_id
         self.transport.supported = self.supported
+        self.transport.core = self.core
         self.controller = None
         if ROLE_CONTROLLER in roles:
             self.controller = Controller(node_id, cluster_id, self.driver, self.machine, controller_config,
