@@ -9,8 +9,10 @@
   only what is new;
 - a broker killed and left far behind (the controllers' log start moved past its log end)
   catches up through FetchSnapshot;
-- a broker whose heartbeats stop (SIGSTOP) is fenced and left out of metadata answers, and comes
-  back unfenced after SIGCONT;
+- a broker whose heartbeats stop (SIGSTOP) is fenced and left out of metadata answers, its
+  leaderships move to other ISR members with higher leader epochs, and it comes back unfenced
+  after SIGCONT;
+- Prometheus metrics and OffsetsForLeaderEpoch are served;
 - a config file with Kafka's setting names starts a node.
 Every process is killed in a finalizer whatever happens.
 """
@@ -213,6 +215,26 @@ def test_brokers_pull_metadata_restart_from_snapshots_and_get_fenced(cluster):
                 <= after["kraftlog_raft_high_watermark"]
             assert unknown.error_code == ErrorCode.unknown_topic_or_partition
 
+            # broker 102 stops heartbeating (SIGSTOP): fenced, left out of metadata answers, and its
+            # leaderships move to other ISR members with a higher leader epoch
+            before = {(t.name, int(p.partition_index)): (int(p.leader_id), int(p.leader_epoch))
+                      for t in (await conns.metadata(101)).topics for p in t.partitions}
+            led_by_102 = {k for k, (leader, _) in before.items() if leader == 102}
+            assert len(led_by_102) > 100
+            os.kill(cluster.procs[102].pid, signal.SIGSTOP)
+            try:
+                fenced = await _until(lambda: _all_live(conns, 101, {101, 103}), 15, "broker 102 fenced")
+                # the fence and the leader moves are one ordered write: by the time the broker is
+                # out of the answers, every partition it led has a new leader
+                after = {(t.name, int(p.partition_index)): (int(p.leader_id), int(p.leader_epoch), p.isr_nodes)
+                         for t in fenced.topics for p in t.partitions}
+                for k in led_by_102:
+                    leader, epoch, isr = after[k]
+                    assert leader in (101, 103) and epoch > before[k][1] and 102 not in isr, (k, after[k])
+            finally:
+                os.kill(cluster.procs[102].pid, signal.SIGCONT)
+            await _until(lambda: _all_live(conns, 101, set(BROKERS)), 20, "broker 102 unfenced after SIGCONT")
+
             # snapshots were written on controllers and brokers, and their logs start past 0
             for i in (1, 2, 3, *BROKERS):
                 await _until(lambda i=i: asyncio.sleep(0, _snapshot_lines(cluster, i, r"snapshot \d+-\d+ written")),
@@ -241,13 +263,6 @@ def test_brokers_pull_metadata_restart_from_snapshots_and_get_fenced(cluster):
             assert loaded - own, f"broker 103 loaded only its own snapshots {loaded} (written: {own})"
             await _until(lambda: _all_live(conns, 102, set(BROKERS)), 20, "broker 103 unfenced again")
 
-            # broker 102 stops heartbeating (SIGSTOP): fenced, and left out of metadata answers
-            os.kill(cluster.procs[102].pid, signal.SIGSTOP)
-            try:
-                await _until(lambda: _all_live(conns, 101, {101, 103}), 15, "broker 102 fenced")
-            finally:
-                os.kill(cluster.procs[102].pid, signal.SIGCONT)
-            await _until(lambda: _all_live(conns, 101, set(BROKERS)), 20, "broker 102 unfenced after SIGCONT")
         finally:
             await conns.close()
 
