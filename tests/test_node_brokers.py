@@ -38,29 +38,23 @@ from kio.schema.metadata.v12 import response as md_resp
 from kio.static.primitive import i16, i32
 
 from kraftlog.engine.server import cli
-from kraftlog.engine.server.localcluster import LocalCluster
 from kraftlog.engine.server.metadata_answer import EpochMetadataResponse
 from kraftlog.engine.server.raftnode import ClientError, _ClientConnection
+from tests.test_node_controller import CLUSTER_ID, NodeCluster, _ask
 
 pytestmark = pytest.mark.slow
 
-CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
 BROKERS = (101, 102, 103)
 RACKS = {101: "rack-a", 102: "rack-b", 103: "rack-c"}
 SESSION_TIMEOUT_MS = 1500
 SNAPSHOT_BYTES = 64 << 10  # small, so the scenario writes many snapshots
 
 
-class BrokerCluster(LocalCluster):
+class BrokerCluster(NodeCluster):
     """3 controller processes (ids 1-3) and 3 broker processes (ids 101-103)."""
 
     def __init__(self, directory: str):
         super().__init__(directory, 3, observers=BROKERS)
-
-    def format(self) -> None:
-        for i in self.socks:
-            assert cli.main(["storage", "format", "--cluster-id", CLUSTER_ID, "--node-id", str(i),
-                             "--dir", self.dir_of(i)]) == 0
 
     def command(self, i: int, listen_fd: int) -> list[str]:
         roles = ["--process-roles", "broker", "--rack", RACKS[i]] if i in BROKERS else []
@@ -82,11 +76,6 @@ def cluster(tmp_path):
         yield c
     finally:
         c.close()
-
-
-async def _ask(conn: _ClientConnection, api_key: int, version: int, body, response_type, timeout_s: float = 10):
-    return await asyncio.wait_for(conn.request(api_key, version, body, response_type, header_v0=api_key == 18),
-                                  timeout_s)
 
 
 async def _until(predicate, timeout_s: float, what: str):
