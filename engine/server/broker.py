@@ -26,7 +26,6 @@ still within its session) is retried with backoff until that session expires.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 import uuid
@@ -129,10 +128,7 @@ class BrokerLifecycle:
 
     async def stop(self) -> None:
         self.state = BrokerState.SHUTTING_DOWN
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await stop_task(self._task)
         await self.channel.close()
         self.state = BrokerState.NOT_RUNNING
 
@@ -258,6 +254,15 @@ class ControllerChannel:
         for conn in self._conns.values():
             await conn.close()
         self._conns.clear()
+
+
+async def stop_task(task: asyncio.Task | None, poll_s: float = 0.05) -> None:
+    """Cancel ``task`` until it is done. Once is not enough on Python 3.11: ``asyncio.wait_for``
+    returns the answer instead of raising when the answer and the cancel land in the same loop
+    pass, so a loop that was mid-request would carry on (and a stop waiting for it hangs)."""
+    while task is not None and not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=poll_s)
 
 
 class Retry(Exception):

@@ -20,7 +20,6 @@ incarnation after a restart, or an image reloaded from a snapshot written before
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import logging
 import uuid
@@ -33,7 +32,7 @@ from kio.static.primitive import i16, i32, u16
 from kraftlog.engine.image import versions
 from kraftlog.engine.image.image import METADATA_VERSION, ControllerRegistration, Endpoint
 from kraftlog.engine.records import metadata as codec
-from kraftlog.engine.server.broker import ControllerChannel, Listener, Retry
+from kraftlog.engine.server.broker import ControllerChannel, Listener, Retry, stop_task
 
 log = logging.getLogger("kraftlog.controller")
 
@@ -138,8 +137,5 @@ class ControllerRegistrar:
                 log.info("controller registration refused (%s): %s", resp.error_code.name, resp.error_message)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await stop_task(self._task)
         await self.channel.close()
