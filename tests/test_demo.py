@@ -1,9 +1,10 @@
-"""`kraftlog demo` through the real CLI: the tour runs to "demo: ok" with its table, leaves data the
-tools read, and never leaves a node process behind (normal end, SIGINT, or the demo SIGKILLed).
+"""`kraftlog demo` through the real CLI: the tour (3 controllers + 2 brokers, or one combined node)
+runs to "demo: ok" with its table, leaves data the tools read, and never leaves a node process
+behind (normal end, SIGINT, or the demo SIGKILLed).
 
-Expected contents come from outside the demo: the committed records are read from every node's
-segment with kafka-python's record-batch reader and compared with engine.image.workload's
-records; partition counts come from the workload's definition.
+Expected contents come from outside the demo: the controllers' first segments are read with
+kafka-python's record-batch reader (CRC-checked by it) and must hold a TopicRecord for every topic
+of engine.image.workload's shape; partition counts come from the workload's definition.
 """
 
 from __future__ import annotations
@@ -23,15 +24,18 @@ from kafka.record.memory_records import MemoryRecords
 from kraftlog.engine.image import workload
 from kraftlog.engine.records import metadata as codec
 from kraftlog.engine.server.demo_parts import datadir
+from kraftlog.engine.server.demo_parts.cluster import METADATA_LOG
 from kraftlog.engine.server.demo_parts.errors import DataDirError
 
 pytestmark = pytest.mark.slow
 
 CLI = [sys.executable, "-m", "kraftlog.engine.server.cli"]
 PARTITIONS = 5000
-CHURN = PARTITIONS // 100  # the demo's default: 1% of the partitions
-SUMMARY_ROWS = ("quorum up", "writes/s", "failover", "catch-up", "replay", "lookup", "snapshot write",
-                "snapshot load", "checkpoint", "lazy lookup")
+PROBE_PARTITIONS = 1  # the topic the new active controller creates after the failover
+NODES = 5  # 3 controllers + 2 brokers
+SUMMARY_ROWS = ("cluster up", "writes/s", "failover", "fence", "unfence", "broker restart", "replay", "lookup",
+                "snapshot write", "snapshot load", "checkpoint", "lazy lookup")
+SINGLE_NODE_ROWS = ("cluster up", "writes/s", "broker restart", "replay", "snapshot write")
 STOP_BOUND_S = 5.0  # from SIGINT to the demo's exit, nodes included
 LEADER_MARKER = "LeaderId:"  # first printed once the quorum has elected a leader
 
@@ -84,6 +88,13 @@ def demo_run(tmp_path_factory):
         p.kill()
 
 
+def _rows_present(stdout: str, names) -> None:
+    for name in names:
+        match = re.search(rf"^  {re.escape(name)}\s+([\d,.]+) (s|ms|us)?\s", stdout, re.MULTILINE)
+        assert match, f"row {name!r} missing in:\n{stdout}"
+        assert float(match.group(1).replace(",", "")) > 0, match.group(0)
+
+
 def test_demo_succeeds_with_the_table_of_timings(demo_run):
     """Exit 0, only the final table on stdout with --quiet, every row with a positive number."""
     data, proc = demo_run
@@ -91,26 +102,42 @@ def test_demo_succeeds_with_the_table_of_timings(demo_run):
     lines = proc.stdout.splitlines()
     assert lines[-1] == "demo: ok"
     assert not any(line.startswith("[") for line in lines), "narration printed despite --quiet"
-    for name in SUMMARY_ROWS:
-        match = re.search(rf"^  {re.escape(name)}\s+([\d,.]+) (s|ms|us)?\s", proc.stdout, re.MULTILINE)
-        assert match, f"row {name!r} missing in:\n{proc.stdout}"
-        assert float(match.group(1).replace(",", "")) > 0, match.group(0)
+    _rows_present(proc.stdout, SUMMARY_ROWS)
     assert "\x1b[" not in proc.stdout + proc.stderr  # clean when piped: no terminal codes
 
 
+def _topic_names_in(log_path: Path) -> set[str]:
+    """Names of every TopicRecord in a segment, its batches read by kafka-python (not our code)."""
+    topic_key = codec.RECORD_TYPES["TopicRecord"].api_key
+    records = MemoryRecords(log_path.read_bytes())
+    names = set()
+    while records.has_next():
+        batch = records.next_batch()
+        if batch is None:
+            break
+        assert batch.validate_crc(), f"{log_path}: bad CRC in the batch at offset {batch.base_offset}"
+        if not batch.is_control_batch:
+            names.update(codec.decode_record(r.value).data["Name"] for r in batch if r.value[1] == topic_key)
+    return names
+
+
 def test_demo_leaves_logs_snapshot_store_and_checkpoint(demo_run):
-    """Three node dirs whose logs hold exactly the workload, the NoOp of the failover and the churn
-    (read by kafka-python), with two leader epochs; an LMDB store; a .checkpoint; no process left."""
+    """Every controller's log holds a TopicRecord for each workload topic and the probe topic (read
+    by kafka-python) and records two leader epochs (the failover); every node directory (brokers
+    too) has its metadata log and its LMDB snapshot store; an LMDB store and a .checkpoint for the
+    tools; no process left."""
     data, proc = demo_run
     assert proc.returncode == 0, proc.stderr
     shape = workload.WorkloadShape.scaled(PARTITIONS)
-    expected = list(workload.generate(shape)) + [codec.encode_record("NoOpRecord", 0, {})] + \
-        list(workload.churn(shape, CHURN, seed=1))
+    expected = {workload.topic_name(t) for t in range(shape.topics)} | {"demo-failover-probe"}
     for i in (1, 2, 3):
-        log_dir = Path(data, f"node-{i}", "log")
-        assert committed_values(log_dir / "00000000000000000000.log") == expected, f"node {i}"
+        log_dir = Path(data, f"node-{i}", METADATA_LOG)
+        assert _topic_names_in(log_dir / "00000000000000000000.log") == expected, f"node {i}"
         epochs = (log_dir / "leader-epoch-checkpoint").read_text().split("\n")
         assert int(epochs[1]) >= 2, f"node {i}: one leader epoch only, no failover recorded: {epochs}"
+    for i in range(1, NODES + 1):
+        assert (Path(data, f"node-{i}", METADATA_LOG) / "quorum-state").exists(), i
+        assert (Path(data, f"node-{i}", "meta.properties")).exists(), i
     assert (Path(data) / "snapshot-store" / "data.mdb").stat().st_size > 0
     checkpoints = list((Path(data) / "checkpoints").glob("*.checkpoint"))
     assert len(checkpoints) == 1 and re.fullmatch(r"\d{20}-\d{10}\.checkpoint", checkpoints[0].name)
@@ -118,22 +145,34 @@ def test_demo_leaves_logs_snapshot_store_and_checkpoint(demo_run):
 
 
 def test_tools_read_what_the_demo_leaves(demo_run):
-    """`log verify` passes on every node's log; `image show` of a log and of the checkpoint give the
-    workload's partitions minus those of the topics the churn deleted."""
+    """`log verify` passes on every node's metadata log; `image show` of a controller's and a
+    broker's directory and of the checkpoint give the workload's partitions plus the probe's."""
     data, proc = demo_run
     assert proc.returncode == 0, proc.stderr
-    shape = workload.WorkloadShape.scaled(PARTITIONS)
-    removed = sum(1 for v in workload.churn(shape, CHURN, seed=1)
-                  if codec.decode_record(v).record_type == "RemoveTopicRecord")
-    partitions = f"partitions: {PARTITIONS - removed * shape.partitions_per_topic:,}"
-    for i in (1, 2, 3):
-        verify = run_cli("log", "verify", os.path.join(data, f"node-{i}", "log"))
+    partitions = f"partitions: {PARTITIONS + PROBE_PARTITIONS:,}"
+    for i in range(1, NODES + 1):
+        verify = run_cli("log", "verify", os.path.join(data, f"node-{i}", METADATA_LOG))
         assert verify.returncode == 0 and "OK:" in verify.stdout, verify.stdout + verify.stderr
     checkpoint = str(next((Path(data) / "checkpoints").glob("*.checkpoint")))
-    for source in (os.path.join(data, "node-2", "log"), checkpoint):
+    for source in (os.path.join(data, "node-2", METADATA_LOG), os.path.join(data, "node-5", METADATA_LOG), checkpoint):
         show = run_cli("image", "show", source)
         assert show.returncode == 0, show.stderr
         assert partitions in show.stdout, show.stdout
+
+
+def test_single_node_demo(tmp_path):
+    """--single-node: one combined controller+broker; the failover and fencing steps are skipped,
+    the others run; the tools read its directory."""
+    data = str(tmp_path / "single")
+    proc = run_cli("demo", "--single-node", "--partitions", "2000", "--quiet", "--dir", data)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert proc.stdout.splitlines()[-1] == "demo: ok"
+    _rows_present(proc.stdout, SINGLE_NODE_ROWS)
+    assert not re.search(r"^  (failover|fence) ", proc.stdout, re.MULTILINE)
+    assert sorted(p.name for p in Path(data).iterdir() if p.name.startswith("node-")) == ["node-1"]
+    show = run_cli("image", "show", os.path.join(data, "node-1", METADATA_LOG))
+    assert show.returncode == 0 and "partitions: 2,000" in show.stdout, show.stdout + show.stderr
+    assert processes_of(data) == []
 
 
 def _start_demo(data: str, partitions: int) -> tuple[subprocess.Popen, list[str]]:
@@ -159,7 +198,7 @@ def test_sigint_stops_the_demo_and_every_node(tmp_path):
     proc, lines = _start_demo(data, 100_000)
     try:
         pids = [int(m.group(1)) for m in re.finditer(r"pid (\d+)", "".join(lines))]
-        assert len(pids) == 3 and all(psutil.pid_exists(p) for p in pids)
+        assert len(pids) == NODES and all(psutil.pid_exists(p) for p in pids)
         start = time.monotonic()
         proc.send_signal(signal.SIGINT)
         code = proc.wait(STOP_BOUND_S + 5)
@@ -182,7 +221,8 @@ def test_nodes_die_with_a_sigkilled_demo(tmp_path):
     data = str(tmp_path / "data")
     proc, _ = _start_demo(data, 100_000)
     try:
-        assert len(processes_of(data)) == 3
+        running = processes_of(data)
+        assert len(running) == NODES, [p.info["cmdline"] for p in running]
         proc.kill()
         proc.wait(10)
         left = wait_no_processes(data, STOP_BOUND_S)
@@ -238,7 +278,7 @@ def test_data_dir_rules(tmp_path):
 
 
 def test_a_node_that_cannot_start_is_named_with_its_last_log_line(tmp_path):
-    """A node exiting before READY (here: timeouts raftnode refuses) raises NodeStartError naming
+    """A node exiting before READY (here: timeouts the node refuses) raises NodeStartError naming
     the node, its exit code and its last stderr line; nothing is left running."""
     import asyncio
 
@@ -246,7 +286,7 @@ def test_a_node_that_cannot_start_is_named_with_its_last_log_line(tmp_path):
     from kraftlog.engine.server.demo_parts.errors import NodeStartError
 
     bad = RaftTimeouts(request_timeout_ms=100, fetch_max_wait_ms=200)
-    cluster = NodeCluster(str(tmp_path), (1,), cluster_id="test", timeouts=bad)
+    cluster = NodeCluster(str(tmp_path), (1,), cluster_id="MkU3OEVBNTcwNTJENDM2Qg", timeouts=bad)
     try:
         with pytest.raises(NodeStartError, match=r"node 1 exited with code 1 before it was ready.*request_timeout_ms"):
             asyncio.run(cluster.start(1))

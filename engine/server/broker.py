@@ -26,6 +26,7 @@ still within its session) is retried with backoff until that session expires.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 import uuid
@@ -65,6 +66,9 @@ class BrokerConfig:
     retry_backoff_ms: int = 100  # after a failed attempt, doubling up to retry_backoff_max_ms
     retry_backoff_max_ms: int = 2000
     controlled_shutdown_timeout_ms: int = 30_000  # give up waiting for leaderships to move
+    # ... or sooner, when no controller has answered for this long: with the quorum gone (say, the
+    # whole cluster stopping at once) there is nobody to move leaderships, so waiting buys nothing
+    controlled_shutdown_unreachable_ms: int = 1500
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,7 @@ class BrokerLifecycle:
         self._shut_down_allowed = asyncio.Event()
         self._unfenced = asyncio.Event()
         self.channel = ControllerChannel(voters, publisher, self.config.request_timeout_ms)
+        self._unreachable_since: float | None = None  # loop time of the first failure in a row
         self._task: asyncio.Task | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -118,13 +123,22 @@ class BrokerLifecycle:
             return False
         self.state = BrokerState.PENDING_CONTROLLED_SHUTDOWN
         self._want_shut_down = True
-        try:
-            await asyncio.wait_for(self._shut_down_allowed.wait(), self.config.controlled_shutdown_timeout_ms / 1000)
-            return True
-        except TimeoutError:
-            log.warning("controlled shutdown not confirmed within %d ms; stopping anyway",
-                        self.config.controlled_shutdown_timeout_ms)
-            return False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.controlled_shutdown_timeout_ms / 1000
+        unreachable_s = self.config.controlled_shutdown_unreachable_ms / 1000
+        while not self._shut_down_allowed.is_set():
+            if loop.time() >= deadline:
+                log.warning("controlled shutdown not confirmed within %d ms; stopping anyway",
+                            self.config.controlled_shutdown_timeout_ms)
+                return False
+            since = self._unreachable_since
+            if since is not None and loop.time() - since >= unreachable_s:
+                log.warning("no controller answered for %d ms; stopping without a controlled shutdown",
+                            self.config.controlled_shutdown_unreachable_ms)
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._shut_down_allowed.wait(), 0.05)
+        return True
 
     async def stop(self) -> None:
         self.state = BrokerState.SHUTTING_DOWN
@@ -143,6 +157,7 @@ class BrokerLifecycle:
                 else:
                     await self._heartbeat()
                 backoff_ms = self.config.retry_backoff_ms
+                self._unreachable_since = None
                 if self.broker_epoch >= 0 and not self._shut_down_allowed.is_set():
                     # while catching up or shutting down, ask again sooner: both wait on the controller
                     quick = self.fenced or self._want_shut_down
@@ -150,6 +165,8 @@ class BrokerLifecycle:
                 elif self._shut_down_allowed.is_set():
                     return
             except Retry as exc:
+                if self._unreachable_since is None:
+                    self._unreachable_since = asyncio.get_running_loop().time()
                 log.info("%s; retrying in %d ms", exc, backoff_ms)
                 await asyncio.sleep(backoff_ms / 1000)
                 backoff_ms = min(backoff_ms * 2, self.config.retry_backoff_max_ms)

@@ -1,9 +1,11 @@
-"""Three raft node processes on loopback, owned by the demo from start to cleanup.
+"""The demo's KRaft cluster on loopback: controller and broker processes (`kraftlog node run`),
+owned by the demo from start to cleanup.
 
-Ports are ephemeral: the demo binds port 0 for every voter, keeps the listening sockets for the
+Ports are ephemeral: the demo binds port 0 for every node, keeps the listening sockets for the
 whole tour and hands each node its socket (``--listen-fd``), so a restarted node gets the same
-address back. Each node runs ``node_main`` (raftnode's entry point, dying with the demo), in its
-own session so a terminal's Ctrl-C reaches only the demo, which then decides how the nodes stop.
+address back. Each node runs ``node_main`` (`kraftlog node run`, dying with the demo), in its own
+session so a terminal's Ctrl-C reaches only the demo, which then decides how the nodes stop.
+Node directories are formatted (meta.properties) before the first start.
 
 Every child is a ``subprocess.Popen`` reaped only by this module: while ``poll()`` is None its pid
 cannot have been reused, so signalling it is always safe. ``signal_all`` never waits (a signal
@@ -39,7 +41,6 @@ class RaftTimeouts:
 
     def args(self) -> list[str]:
         return ["--election-timeout-ms", str(self.election_timeout_ms),
-                "--election-backoff-max-ms", str(self.election_backoff_max_ms),
                 "--fetch-timeout-ms", str(self.fetch_timeout_ms),
                 "--request-timeout-ms", str(self.request_timeout_ms),
                 "--fetch-max-wait-ms", str(self.fetch_max_wait_ms)]
@@ -49,8 +50,10 @@ NODE_READY_TIMEOUT_S = 30.0  # interpreter start + imports, on a loaded machine
 STOP_GRACE_S = 5.0  # after SIGTERM (the leader resigns), before SIGKILL
 POLL_INTERVAL_S = 0.02
 LISTEN_BACKLOG = 128
-MAX_BATCH_RECORDS = 20_000  # the leader appends what arrived together as one batch of up to this
-MAX_BATCH_BYTES = 4 << 20
+SESSION_TIMEOUT_MS = 2000  # a broker silent this long is fenced (Kafka: 9000; shorter for the tour)
+HEARTBEAT_INTERVAL_MS = 300
+SNAPSHOT_MAX_NEW_BYTES = 2 << 20  # every node snapshots after this much new log (Kafka: 20 MiB)
+METADATA_LOG = "__cluster_metadata-0"
 STDERR_NAME = "node.stderr"
 STDERR_TAIL_BYTES = 4096  # read from the end of a node's stderr to quote its last line
 
@@ -60,18 +63,32 @@ class Node:
     node_id: int
     directory: str
     sock: socket.socket
+    roles: str = "controller"
     process: subprocess.Popen | None = None
     stdout_buffer: bytes = b""
     starts: int = 0
     exit_codes: list[int] = field(default_factory=list)
 
+    bound_port: int = 0  # the socket's port, kept: the socket may be closed on an interrupt
+
+    def __post_init__(self) -> None:
+        self.bound_port = self.sock.getsockname()[1]
+
     @property
     def port(self) -> int:
-        return self.sock.getsockname()[1]
+        return self.bound_port
 
     @property
     def log_dir(self) -> str:
-        return os.path.join(self.directory, "log")
+        return os.path.join(self.directory, METADATA_LOG)
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.roles
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.roles
 
     @property
     def running(self) -> bool:
@@ -89,46 +106,77 @@ class Node:
 
 
 class NodeCluster:
-    """``node_ids`` voters with data under ``data_dir/node-<id>``."""
+    """Controllers ``node_ids`` (the voters) and brokers ``broker_ids`` with data under
+    ``data_dir/node-<id>``; ``combined`` makes the controllers brokers too (single-node mode)."""
 
-    def __init__(self, data_dir: str, node_ids=(1, 2, 3), *, cluster_id: str,
-                 timeouts: RaftTimeouts | None = None):
+    def __init__(self, data_dir: str, node_ids=(1, 2, 3), *, cluster_id: str, broker_ids=(),
+                 combined: bool = False, timeouts: RaftTimeouts | None = None):
         self.data_dir = data_dir
         self.cluster_id = cluster_id
         self.timeouts = timeouts or RaftTimeouts()
         self.nodes: dict[int, Node] = {}
+        controller_roles = "broker,controller" if combined else "controller"
         try:
-            for i in node_ids:
+            for i in (*node_ids, *broker_ids):
                 s = socket.socket()
                 s.bind(("127.0.0.1", 0))
                 s.listen(LISTEN_BACKLOG)
                 s.set_inheritable(True)
-                self.nodes[i] = Node(i, os.path.join(data_dir, node_dir_name(i)), s)
+                self.nodes[i] = Node(i, os.path.join(data_dir, node_dir_name(i)), s,
+                                     controller_roles if i in node_ids else "broker")
         except OSError:
             self.close()
             raise
-        self.voters = {i: ("127.0.0.1", n.port) for i, n in self.nodes.items()}
+        self.voters = {i: ("127.0.0.1", self.nodes[i].port) for i in node_ids}
         self.voters_arg = ",".join(f"{i}@{h}:{p}" for i, (h, p) in self.voters.items())
 
+    @property
+    def controllers(self) -> list[int]:
+        return [i for i, n in self.nodes.items() if n.is_controller]
+
+    @property
+    def brokers(self) -> list[int]:
+        return [i for i, n in self.nodes.items() if n.is_broker]
+
+    def address(self, node_id: int) -> tuple[str, int]:
+        return ("127.0.0.1", self.nodes[node_id].port)
+
     # ---- starting ---------------------------------------------------------------------------
+
+    def _format(self, node: Node) -> None:
+        from kraftlog.engine.server.tools import metaprops
+
+        if metaprops.read(node.directory) is None:
+            metaprops.write(node.directory, cluster_id=self.cluster_id, node_id=node.node_id,
+                            directory_id=metaprops.uuid_to_kafka(metaprops.random_uuid()))
 
     def spawn(self, node_id: int) -> None:
         node = self.nodes[node_id]
         if node.running:
             raise RuntimeError(f"node {node_id} is already running")
         os.makedirs(node.directory, exist_ok=True)
+        self._format(node)
         fd = node.sock.fileno()
         cmd = [sys.executable, "-m", "kraftlog.engine.server.demo_parts.node_main", str(os.getpid()),
-               "--node-id", str(node_id), "--voters", self.voters_arg, "--dir", node.directory,
-               "--listen-fd", str(fd), "--cluster-id", self.cluster_id, "--log-level", "INFO",
-               "--max-batch-records", str(MAX_BATCH_RECORDS), "--max-batch-bytes", str(MAX_BATCH_BYTES),
-               *self.timeouts.args()]
+               "node", "run", "--node-id", str(node_id), "--process-roles", node.roles,
+               "--controller-quorum-voters", self.voters_arg, "--dir", node.directory, "--listen-fd", str(fd),
+               "--cluster-id", self.cluster_id, "--log-level", "INFO",
+               "--session-timeout-ms", str(SESSION_TIMEOUT_MS), "--heartbeat-interval-ms", str(HEARTBEAT_INTERVAL_MS),
+               "--snapshot-max-new-bytes", str(SNAPSHOT_MAX_NEW_BYTES), *self.timeouts.args()]
         with open(os.path.join(node.directory, STDERR_NAME), "ab") as err:
             node.process = subprocess.Popen(cmd, pass_fds=(fd,), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                             stderr=err, start_new_session=True)
         os.set_blocking(node.process.stdout.fileno(), False)
         node.stdout_buffer = b""
         node.starts += 1
+
+    def stderr_text(self, node_id: int) -> str:
+        try:
+            with open(os.path.join(self.nodes[node_id].directory, STDERR_NAME), encoding="utf-8",
+                      errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
 
     async def wait_ready(self, node_id: int, timeout_s: float = NODE_READY_TIMEOUT_S) -> None:
         """Until the node printed ``READY node=<id> port=<port>``; raises NodeStartError naming
@@ -174,6 +222,12 @@ class NodeCluster:
 
     # ---- stopping ---------------------------------------------------------------------------
 
+    def pause(self, node_id: int, paused: bool) -> None:
+        """SIGSTOP / SIGCONT one node: a stopped broker sends no heartbeats (a hung process)."""
+        node = self.nodes[node_id]
+        if node.running:
+            node.process.send_signal(signal.SIGSTOP if paused else signal.SIGCONT)
+
     def kill(self, node_id: int) -> None:
         """SIGKILL one node (a crash: nothing flushed after its last fsync survives) and reap it."""
         node = self.nodes[node_id]
@@ -183,10 +237,13 @@ class NodeCluster:
 
     def signal_all(self, sig: int = signal.SIGTERM) -> None:
         """Send ``sig`` to every running node and return at once (safe inside a signal handler:
-        it never waits). SIGTERM: a node resigns if it leads, then exits."""
+        it never waits). SIGTERM: a node resigns if it leads, then exits. A node the tour paused
+        (SIGSTOP) is continued too, or it would never see the signal."""
         for node in self.nodes.values():
             if node.running:
                 node.process.send_signal(sig)
+                if sig != signal.SIGKILL:
+                    node.process.send_signal(signal.SIGCONT)
 
     async def stop(self, node_ids, grace_s: float = STOP_GRACE_S) -> list[int]:
         """SIGTERM to ``node_ids``, wait up to ``grace_s``, then SIGKILL what is left of them; returns
@@ -223,11 +280,16 @@ class NodeCluster:
         node.process.stdout.close()
         node.process = None
 
+    def close_sockets(self) -> None:
+        """Close the demo's copies of the listening sockets (each running node keeps its own);
+        no node can be restarted afterwards. Safe in a signal handler (close never blocks here)."""
+        for node in self.nodes.values():
+            node.sock.close()
+
     def close(self) -> None:
         """Kill and reap every node, close the listening sockets."""
         self.kill_all_now()
-        for node in self.nodes.values():
-            node.sock.close()
+        self.close_sockets()
 
     # ---- describing -------------------------------------------------------------------------
 
@@ -295,6 +357,10 @@ class InterruptGuard:
         if self.count == 1 and self._task is not None and not self._task.done():
             if cluster is not None:
                 cluster.signal_all(signal.SIGTERM)
+                # The demo's copies of the listening sockets would keep accepting connections for
+                # nodes that are gone (a broker's controlled shutdown would wait on them for its
+                # request timeout); closed, a dead node refuses at once.
+                cluster.close_sockets()
             self._task.cancel()
             self._loop.call_soon_threadsafe(lambda: None)  # wake the loop if it sleeps in select
             return

@@ -1,4 +1,5 @@
-"""A raft node process started by the demo: ``python -m ...node_main <demo pid> <raftnode args>``.
+"""A node process started by the demo: ``python -m ...node_main <demo pid> node run <args>`` (the
+`kraftlog` CLI's arguments after the pid).
 
 The node dies with the demo even when the demo itself is SIGKILLed (where no handler of ours
 runs): PR_SET_PDEATHSIG asks Linux to send SIGKILL to this process when its parent goes. The
@@ -28,11 +29,11 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def main(argv: list[str]) -> int:
     if not argv or not argv[0].isdigit():
-        sys.exit("usage: python -m kraftlog.engine.server.demo_parts.node_main <demo pid> <raftnode arguments>")
+        sys.exit("usage: python -m kraftlog.engine.server.demo_parts.node_main <demo pid> <kraftlog arguments>")
     _die_with_parent(int(argv[0]))
-    from kraftlog.engine.server import raftnode
+    from kraftlog.engine.server import cli
 
-    return raftnode.main(argv[1:])
+    return cli.main(argv[1:])
 
 
 if __name__ == "__main__":

@@ -1,43 +1,53 @@
 """The steps of the tour, in order. Each narrates, measures, checks, and records its summary rows.
 
-1. quorum     three node processes, the elected leader, DescribeQuorum (--status, --replication)
-2. workload   Kafka's benchmark shape as metadata records, committed through the leader with
-              pipelined Produce requests; every replica's committed bytes hashed and compared; the
-              committed records read back (Fetch as replica -1) and compared with what was sent
-3. failover   SIGKILL of the leader, time to the first commit by a new leader, churn committed
-              while the old leader is down, its restart and catch-up, replicas compared again
-4. replay     the leader's log replayed from disk into a MetadataImage; one partition looked up
-5. snapshot   the image into the LMDB snapshot store, exported as a Kafka .checkpoint, loaded
+1. cluster    controller and broker processes; the elected active controller; brokers registered
+              and unfenced; DescribeQuorum as `kafka-metadata-quorum` prints it (brokers are the
+              observers)
+2. workload   Kafka's benchmark shape created through the active controller with pipelined
+              CreateTopics; every broker's image catches up (its Metadata answer names the offset
+              it has replayed) and answers for a sample topic as the controller does
+3. failover   SIGKILL of the active controller: time to the first topic created by the next one;
+              the old controller restarted and caught up
+4. fencing    a broker stops heartbeating (SIGSTOP): time until the controller fences it and moves
+              its leaderships; SIGCONT: time until it is unfenced again
+5. restart    a broker stopped (controlled shutdown) and restarted: it loads its own snapshot and
+              fetches only what is new; time until it answers at the controller's offset
+6. replay     the active controller's directory read from disk (its newest snapshot + the log
+              after it) into a MetadataImage; one partition looked up
+7. snapshot   the image into the LMDB snapshot store, exported as a Kafka .checkpoint, loaded
               back, and a partition answered by LazySnapshotImage without a full load
 
-Every check that fails raises a DemoError subclass naming what differs.
+In single-node mode (one combined controller+broker) steps 3 and 4 are skipped: there is no other
+node to fail over to or to fence. Every check that fails raises a DemoError subclass naming what
+differs.
 """
 
 from __future__ import annotations
 
-import hashlib
+import asyncio
 import os
+import re
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kraftlog.engine.server.demo_parts import quorum
-from kraftlog.engine.server.demo_parts.cluster import NodeCluster
+from kraftlog.engine.server.demo_parts.admin import Admin
+from kraftlog.engine.server.demo_parts.cluster import SESSION_TIMEOUT_MS, NodeCluster
 from kraftlog.engine.server.demo_parts.datadir import CHECKPOINTS, SNAPSHOT_STORE
-from kraftlog.engine.server.demo_parts.errors import DemoError, QuorumError, ReplicaMismatchError
+from kraftlog.engine.server.demo_parts.errors import DemoError, QuorumError
 from kraftlog.engine.server.demo_parts.narrator import Narrator, megabytes, millis, seconds
 
-STEPS = 6  # the sixth: where the data is, and the tools that read it
-RECORDS_PER_PRODUCE = 1000  # records per Produce request (one record batch each)
-PRODUCE_WINDOW = 16  # Produce requests in flight at once
-PRODUCE_TIMEOUT_MS = 30_000  # per request, as the Produce timeout and the client's patience
-REQUESTS_PER_ROUND = 32  # Produce requests per progress update (the window drains between rounds)
+STEPS = 8  # the eighth: where the data is, and the tools that read it
+TOPICS_PER_REQUEST = 100  # topics per CreateTopics request
+CREATE_WINDOW = 4  # CreateTopics requests in flight at once
 ELECTION_WAIT_S = 15.0
+REGISTER_WAIT_S = 30.0
 FAILOVER_WAIT_S = 15.0
 CATCH_UP_WAIT_S = 60.0
-REPLICAS_WAIT_S = 30.0
-READ_MAX_BYTES = 8 << 20  # per Fetch when reading the committed records back
+FENCE_WAIT_S = 20.0
 LOOKUPS_TIMED = 1000  # partition lookups timed (median reported)
+PROBE_TOPIC = "demo-failover-probe"
 
 
 @dataclass
@@ -48,219 +58,277 @@ class Tour:
     cluster: NodeCluster
     data_dir: str
     partitions: int
-    churn: int
+    client: object = None  # RaftClient over the controllers
+    admin: Admin | None = None
     shape: object = None  # workload.WorkloadShape
-    client: object = None  # RaftClient over every voter
-    leader: int = -1
+    leader: int = -1  # the active controller
     epoch: int = -1
-    high_watermark: int = 0
-    removed_topics: int = 0
+    replication_factor: int = 1
+    created_partitions: int = 0
+    sample: list[str] = field(default_factory=list)  # topic names checked on every broker
     image: object = None
     lookup: tuple[str, int] | None = None
 
     def nodes_text(self) -> str:
         return self.cluster.describe()
 
+    @property
+    def single_node(self) -> bool:
+        return len(self.cluster.controllers) == 1
 
-# ---- 1. the quorum ------------------------------------------------------------------------------
+
+# ---- 1. the cluster -----------------------------------------------------------------------------
 
 
-async def quorum_step(t: Tour) -> None:
+async def cluster_step(t: Tour) -> None:
     n, c = t.narrator, t.cluster
-    n.step(1, STEPS, f"a Raft quorum: {len(c.nodes)} voter processes on 127.0.0.1, fsync on, Kafka's wire protocol")
+    combined = " (combined controller+broker)" if t.single_node else ""
+    n.step(1, STEPS, f"a KRaft cluster on 127.0.0.1: {len(c.controllers)} controller(s), {len(c.brokers)} "
+                     f"broker(s){combined}, separate processes, fsync on, Kafka's wire protocol")
     ready_s = await c.start_all()
     for i, node in c.nodes.items():
-        n.say(f"node {i}: pid {node.process.pid}, port {node.port}, data {node.directory}")
+        n.say(f"node {i} ({node.roles}): pid {node.process.pid}, port {node.port}, data {node.directory}")
     t0 = time.perf_counter()
     dq = await quorum.wait_for_leader(t.client, ELECTION_WAIT_S, t.nodes_text)
-    elected_s = time.perf_counter() - t0
     t.leader, t.epoch = dq.leader_id, dq.leader_epoch
-    n.say(f"all ready in {seconds(ready_s)}; node {dq.leader_id} elected leader of epoch {dq.leader_epoch} "
-          f"{seconds(elected_s)} later (pre-vote, vote, then a LeaderChange record at offset 0)")
-    # Followers learn of the leader and fetch its LeaderChange; until then the leader reports
-    # their log end as unknown (-1) and has no high watermark yet.
-    dq = await quorum.wait_replicas_at(t.client, list(c.nodes), 1, REPLICAS_WAIT_S, t.nodes_text)
-    t.high_watermark = dq.high_watermark
-    show_quorum(t, dq)
-    n.record("quorum up", seconds(ready_s + elected_s),
-             f"{len(c.nodes)} processes ready, node {dq.leader_id} leads epoch {dq.leader_epoch}")
+    n.say(f"all ready in {seconds(ready_s)}; controller {dq.leader_id} elected in epoch {dq.leader_epoch} "
+          f"{seconds(time.perf_counter() - t0)} later: it is the active controller, the only writer of metadata")
+    brokers = set(c.brokers)
+    await t.admin.wait_until(lambda: _brokers_live(t, brokers), REGISTER_WAIT_S,
+                             f"brokers {sorted(brokers)} registered and unfenced", t.nodes_text)
+    up_s = time.perf_counter() - t0 + ready_s
+    n.say(f"brokers {sorted(brokers)} registered with the active controller (fenced), caught up on the metadata "
+          f"log as Raft observers, and were unfenced by their heartbeats")
+    show_quorum(t, await t.client.describe_quorum())
+    n.record("cluster up", seconds(up_s), f"{len(c.nodes)} processes, controller {t.leader} active, "
+             f"{len(brokers)} broker(s) unfenced")
+
+
+async def _brokers_live(t: Tour, brokers: set[int]) -> bool:
+    for b in brokers:
+        if not brokers <= await t.admin.live_brokers(b):
+            return False
+    return True
 
 
 def show_quorum(t: Tour, dq) -> None:
     n = t.narrator
-    n.say("kafka-metadata-quorum describe --status:")
+    n.say("kraftlog quorum describe --status (kafka-metadata-quorum's fields):")
     n.block(quorum.status_lines(dq, t.cluster.cluster_id))
-    n.say("kafka-metadata-quorum describe --replication --human-readable:")
+    n.say("kraftlog quorum describe --replication --human-readable:")
     n.table(quorum.replication_rows(dq))
 
 
 # ---- 2. the workload ----------------------------------------------------------------------------
 
 
-def _digest_values(values, h=None):
-    """sha256 over (length, bytes) of each value: equal digests mean equal sequences."""
-    h = h or hashlib.sha256()
-    for v in values:
-        h.update(len(v).to_bytes(4, "big"))
-        h.update(v)
-    return h
-
-
-async def commit_values(t: Tour, values: list[bytes], description: str) -> tuple[float, int]:
-    """Commit ``values`` through the leader in pipelined Produce requests (acks=-1: each answer
-    means committed); returns (seconds, the offset after the last record)."""
+async def create_topics(t: Tour, names: list[str], partitions: int, description: str) -> float:
+    """CreateTopics through the active controller, TOPICS_PER_REQUEST per request and
+    CREATE_WINDOW in flight; returns the seconds it took."""
     from kraftlog.engine.server.raftnode import ClientError
     from kraftlog.engine.server.tools.progress import rate
-    from kraftlog.raft import wire
 
-    per_round = RECORDS_PER_PRODUCE * REQUESTS_PER_ROUND
-    end, done = 0, 0
-    with t.narrator.bar(description, len(values)) as bar:
+    chunks = [names[i:i + TOPICS_PER_REQUEST] for i in range(0, len(names), TOPICS_PER_REQUEST)]
+    done = 0
+    with t.narrator.bar(description, len(names) * partitions) as bar:
         started = time.perf_counter()
-        for r in range(0, len(values), per_round):
-            chunk = values[r:r + per_round]
-            bodies = [wire.produce_request(chunk[i:i + RECORDS_PER_PRODUCE], timeout_ms=PRODUCE_TIMEOUT_MS)
-                      for i in range(0, len(chunk), RECORDS_PER_PRODUCE)]
+        for w in range(0, len(chunks), CREATE_WINDOW):
+            window = chunks[w:w + CREATE_WINDOW]
             try:
-                bases = await t.client.produce_pipelined(t.leader, bodies, window=PRODUCE_WINDOW)
-            except (ClientError, OSError) as exc:
-                raise QuorumError(f"committing through node {t.leader} failed at record {r:,} of {len(values):,} "
-                                  f"({exc}); did the leader change? (nodes: {t.nodes_text()})") from None
-            last_size = len(chunk) - RECORDS_PER_PRODUCE * (len(bodies) - 1)
-            end = max(end, max(bases) + last_size)  # one leader appends in arrival order
-            done += len(chunk)
-            bar.update(done, rate(done, bar.elapsed_s))
-        return time.perf_counter() - started, end
+                await asyncio.gather(*(t.admin.create_checked(t.leader, chunk, partitions, t.replication_factor)
+                                       for chunk in window))
+            except (ClientError, OSError, TimeoutError) as exc:
+                raise QuorumError(f"CreateTopics through controller {t.leader} failed ({exc}); nodes: "
+                                  f"{t.nodes_text()}") from None
+            done += sum(map(len, window)) * partitions
+            bar.update(done, rate(done, bar.elapsed_s).replace("records", "partitions"))
+        return time.perf_counter() - started
 
 
-async def check_replicas(t: Tour, end_offset: int) -> list[quorum.ReplicaDigest]:
-    """Wait for every replica to hold ``end_offset``, then compare their bytes below it."""
-    dq = await quorum.wait_replicas_at(t.client, list(t.cluster.nodes), end_offset, REPLICAS_WAIT_S, t.nodes_text)
-    digests = [quorum.replica_digest(i, node.log_dir, end_offset) for i, node in t.cluster.nodes.items()]
-    quorum.check_identical(digests)
-    t.high_watermark = dq.high_watermark
-    return digests
+async def brokers_caught_up(t: Tour, brokers, what: str) -> float:
+    """Until every broker in ``brokers`` has replayed at least what the active controller has, and
+    answers for the sample topics exactly as the controller does; returns the seconds it took."""
+    target = await t.admin.image_offset(t.leader)
+    reference = _partition_table(await t.admin.metadata(t.leader, t.sample))
+
+    async def caught_up() -> bool:
+        for b in brokers:
+            if await t.admin.image_offset(b) < target:
+                return False
+        for b in brokers:
+            seen = _partition_table(await t.admin.metadata(b, t.sample))
+            if seen != reference:
+                raise QuorumError(f"broker {b} answers {len(seen)} sample partitions differently from controller "
+                                  f"{t.leader} at the same offset")
+        return True
+
+    return await t.admin.wait_until(caught_up, CATCH_UP_WAIT_S, what, t.nodes_text)
+
+
+def _partition_table(md) -> dict:
+    return {(tp.name, int(p.partition_index)): (int(p.leader_id), int(p.leader_epoch), tuple(p.isr_nodes))
+            for tp in md.topics for p in tp.partitions}
 
 
 async def workload_step(t: Tour) -> None:
     from kraftlog.engine.image import workload
 
-    n = t.narrator
+    n, c = t.narrator, t.cluster
     t.shape = shape = workload.WorkloadShape.scaled(t.partitions)
-    n.step(2, STEPS, f"the reference workload through the quorum: {shape.partitions:,} partitions "
-                     f"({shape.topics:,} topics x {shape.partitions_per_topic}, RF {shape.replication_factor}, "
-                     f"{shape.brokers} brokers; Kafka's TopicsImageSnapshotLoadBenchmark shape)")
-    t0 = time.perf_counter()
-    values = list(workload.generate(shape))
-    value_bytes = sum(map(len, values))
-    n.say(f"{len(values):,} metadata records ({megabytes(value_bytes)}: FeatureLevel, RegisterBroker, "
-          f"UnfenceBroker, Topic, Partition) generated in {seconds(time.perf_counter() - t0)}")
-    n.say(f"committing them through leader node {t.leader}: Produce requests of {RECORDS_PER_PRODUCE:,} records, "
-          f"{PRODUCE_WINDOW} in flight, each answered once a majority has fsynced it")
-    elapsed, end = await commit_values(t, values, "committing")
-    writes = len(values) / elapsed
-    n.say(f"committed {len(values):,} records in {seconds(elapsed)}: {writes:,.0f} writes/s "
-          f"({value_bytes / elapsed / 1e6:,.1f} MB/s of record values); log end offset {end:,}")
-
-    digests = await check_replicas(t, end)
-    n.say(f"every replica holds the same committed log below offset {end:,} (read from disk, CRC-checked):")
-    for d in digests:
-        n.block([f"node {d.node_id}: {d.batches:,} batches, {d.size_bytes:,} bytes, sha256 {d.short}"])
-    t0 = time.perf_counter()
-    read = await t.client.read_committed(0, max_bytes=READ_MAX_BYTES)
-    read_s = time.perf_counter() - t0
-    if len(read) != len(values) or _digest_values(v for _, v in read).digest() != _digest_values(values).digest():
-        raise ReplicaMismatchError(f"reading the committed records back from the leader gave {len(read):,} records "
-                                   f"that differ from the {len(values):,} proposed")
-    n.say(f"read back through Fetch (replica -1, up to the high watermark) in {seconds(read_s)}: "
-          f"{len(read):,} records, equal to the workload record for record")
-    n.record("writes/s", f"{writes:,.0f}", f"{len(values):,} records ({megabytes(value_bytes)}) committed through "
-             f"node {t.leader} in {seconds(elapsed)}, replicas identical")
+    t.replication_factor = min(shape.replication_factor, len(c.brokers))
+    names = [workload.topic_name(k) for k in range(shape.topics)]
+    t.sample = [names[0], names[len(names) // 2], names[-1]]
+    n.step(2, STEPS, f"the reference workload through the active controller: {shape.topics:,} topics x "
+                     f"{shape.partitions_per_topic} partitions = {shape.partitions:,} partitions, RF "
+                     f"{t.replication_factor} (Kafka's TopicsImageSnapshotLoadBenchmark shape, on "
+                     f"{len(c.brokers)} broker(s))")
+    n.say(f"CreateTopics v7 requests of {TOPICS_PER_REQUEST} topics, {CREATE_WINDOW} in flight: the controller "
+          "validates each against its image, places replicas rack-aware, and commits a topic with its partitions "
+          "as one Raft write")
+    elapsed = await create_topics(t, names, shape.partitions_per_topic, "creating")
+    t.created_partitions = shape.partitions
+    records = shape.topics + shape.partitions
+    writes = records / elapsed
+    n.say(f"created {shape.topics:,} topics ({shape.partitions:,} partitions, {records:,} records) in "
+          f"{seconds(elapsed)}: {shape.topics / elapsed:,.0f} topics/s, {writes:,.0f} records/s")
+    catch_s = await brokers_caught_up(t, c.brokers, "brokers caught up with the controller")
+    n.say(f"every broker replayed the metadata log to the controller's offset {seconds(catch_s)} later and answers "
+          f"Metadata for {', '.join(t.sample)} exactly as the controller does (leaders, leader epochs, ISRs)")
+    n.record("writes/s", f"{writes:,.0f}", f"{records:,} records ({shape.topics:,} CreateTopics topics) through "
+             f"controller {t.leader} in {seconds(elapsed)}")
 
 
-# ---- 3. failover and catch-up -------------------------------------------------------------------
-
-
-def _noop_record() -> bytes:
-    from kraftlog.engine.records import metadata as codec
-
-    # What a KRaft controller appends to show it is alive; it changes no state, so a retried
-    # proposal that commits twice is harmless.
-    return codec.encode_record("NoOpRecord", 0, {})
-
-
-def _removed_topics(values: list[bytes]) -> int:
-    from kraftlog.engine.records import metadata as codec
-
-    api_key = codec.RECORD_TYPES["RemoveTopicRecord"].api_key
-    return sum(1 for v in values if v[1] == api_key)  # frame: uvarints 1, apiKey (< 0x80), version
+# ---- 3. failover --------------------------------------------------------------------------------
 
 
 async def failover_step(t: Tour) -> None:
-    from kraftlog.engine.image import workload
-    from kraftlog.engine.server.raftnode import ClientError, RaftClient
+    from kraftlog.engine.server.raftnode import RaftClient
 
     n, c = t.narrator, t.cluster
+    if t.single_node:
+        n.step(3, STEPS, "failover: skipped (single-node mode has no other controller)")
+        return
     old, old_epoch = t.leader, t.epoch
-    n.step(3, STEPS, f"failover: SIGKILL the leader (node {old}), then restart it")
-    before = await t.client.describe_quorum()
-    old_end = next(v.log_end_offset for v in before.voters if v.replica_id == old)
+    n.step(3, STEPS, f"failover: SIGKILL the active controller (node {old}), then restart it")
     c.kill(old)
-    killed_at = time.perf_counter()
+    t.admin.forget(old)
     survivors = RaftClient({i: a for i, a in c.voters.items() if i != old}, retry_backoff_ms=10)
     try:
-        try:
-            base = await survivors.propose([_noop_record()], timeout_ms=int(FAILOVER_WAIT_S * 1000))
-        except ClientError as exc:
-            raise QuorumError(f"no new leader committed within {FAILOVER_WAIT_S:.0f} s of the kill of node {old} "
-                              f"({exc}; nodes: {t.nodes_text()})") from None
-        failover_s = time.perf_counter() - killed_at
-        dq = await survivors.describe_quorum()
+        async def new_controller_created() -> bool:
+            dq = await survivors.describe_quorum()
+            if dq.leader_id in (old, -1) or dq.leader_id not in c.voters:
+                return False
+            resp = await t.admin.create_topics(dq.leader_id, [PROBE_TOPIC], 1, t.replication_factor)
+            code = resp.topics[0].error_code.name
+            if code in ("none", "topic_already_exists"):
+                t.leader, t.epoch = dq.leader_id, dq.leader_epoch
+                return True
+            return False
+
+        failover_s = await t.admin.wait_until(new_controller_created, FAILOVER_WAIT_S,
+                                              f"a new active controller after the kill of node {old}", t.nodes_text)
     finally:
         await survivors.close()
-    t.leader, t.epoch = dq.leader_id, dq.leader_epoch
-    n.say(f"node {dq.leader_id} leads epoch {dq.leader_epoch}; its first commit (a NoOpRecord at offset {base:,}) "
-          f"came {seconds(failover_s)} after the kill (fetch timeout {c.timeouts.fetch_timeout_ms} ms, "
-          f"election timeout {c.timeouts.election_timeout_ms} ms)")
-    n.record("failover", seconds(failover_s), f"SIGKILL of leader {old} (epoch {old_epoch}) -> first commit by "
-             f"node {dq.leader_id} in epoch {dq.leader_epoch}")
-
-    changes = list(workload.churn(t.shape, t.churn, seed=1)) if t.churn else []
-    t.removed_topics = _removed_topics(changes)
-    end = base + 1
-    if changes:
-        t.client.leader_id = dq.leader_id
-        elapsed, end = await commit_values(t, changes, "committing churn")
-        n.say(f"while node {old} is down, node {t.leader} committed {len(changes):,} changes (leader elections, "
-              f"ISR shrink/expand, broker fencing, {t.removed_topics:,} topic deletions, configs) in "
-              f"{seconds(elapsed)}")
-
-    restarted_at = time.perf_counter()
+    t.created_partitions += 1
+    n.say(f"controller {t.leader} became active in epoch {t.epoch} and created topic {PROBE_TOPIC} "
+          f"{seconds(failover_s)} after the kill (fetch timeout {c.timeouts.fetch_timeout_ms} ms, election timeout "
+          f"{c.timeouts.election_timeout_ms} ms); it had replayed every record already, so nothing was reloaded")
+    n.record("failover", seconds(failover_s), f"SIGKILL of active controller {old} (epoch {old_epoch}) -> topic "
+             f"created by controller {t.leader} in epoch {t.epoch}")
     ready_s = await c.start(old)
+    end = (await t.client.describe_quorum()).high_watermark
     dq = await quorum.wait_replicas_at(t.client, [old], end, CATCH_UP_WAIT_S, t.nodes_text)
-    catch_up_s = time.perf_counter() - restarted_at
-    n.say(f"node {old} restarted on its old port (ready in {seconds(ready_s)}) and fetched from offset {old_end:,} "
-          f"to {end:,}: caught up {seconds(catch_up_s)} after the restart")
+    n.say(f"node {old} restarted on its old port (ready in {seconds(ready_s)}) and caught up to the high watermark "
+          f"{end:,} as a standby controller")
     show_quorum(t, dq)
-    n.record("catch-up", seconds(catch_up_s), f"node {old} restarted, fetched {end - old_end:,} records up to "
-             f"offset {end:,} (process start {seconds(ready_s)})")
 
-    digests = await check_replicas(t, end)
-    n.say(f"every replica again holds the same committed log below offset {end:,}: sha256 {digests[0].short}")
-    # Followers first: a leader stopped first resigns, and a follower could win the next epoch and
-    # append its LeaderChange before it stops too; this way every log ends at the high watermark.
+
+# ---- 4. fencing ---------------------------------------------------------------------------------
+
+
+async def fencing_step(t: Tour) -> None:
+    n, c = t.narrator, t.cluster
+    if t.single_node:
+        n.step(4, STEPS, "fencing: skipped (single-node mode has one broker, which is also the controller)")
+        return
+    victim, witness = c.brokers[-1], c.brokers[0]
+    n.step(4, STEPS, f"fencing: broker {victim} stops heartbeating (SIGSTOP), then resumes (SIGCONT)")
+    before = _partition_table(await t.admin.metadata(t.leader, t.sample))
+    c.pause(victim, True)
+    try:
+        fence_s = await t.admin.wait_until(lambda: _live_without(t, witness, victim), FENCE_WAIT_S,
+                                           f"broker {victim} fenced", t.nodes_text)
+        after = _partition_table(await t.admin.metadata(t.leader, t.sample))
+    finally:
+        c.pause(victim, False)
+    moved = sum(1 for k, (leader, _, _) in before.items() if leader == victim and after[k][0] != victim)
+    led = sum(1 for leader, _, _ in before.values() if leader == victim)
+    if moved != led:
+        raise QuorumError(f"broker {victim} was fenced but {led - moved} of the sample partitions it led kept it as "
+                          "leader")
+    n.say(f"the controller fenced broker {victim} {seconds(fence_s)} after it stopped (session timeout "
+          f"{SESSION_TIMEOUT_MS} ms) and, in the same write, moved its leaderships to other ISR members with a "
+          f"new leader epoch ({moved} of the sample's {len(before)} partitions); metadata answers leave it out")
+    unfence_s = await t.admin.wait_until(lambda: _live_with(t, witness, victim), FENCE_WAIT_S,
+                                         f"broker {victim} unfenced", t.nodes_text)
+    n.say(f"after SIGCONT broker {victim} heartbeated, caught up and was unfenced {seconds(unfence_s)} later")
+    n.record("fence", seconds(fence_s), f"broker {victim} silent -> fenced, leaderships moved")
+    n.record("unfence", seconds(unfence_s), f"broker {victim} back -> unfenced")
+
+
+async def _live_without(t: Tour, witness: int, victim: int) -> bool:
+    return victim not in await t.admin.live_brokers(witness)
+
+
+async def _live_with(t: Tour, witness: int, victim: int) -> bool:
+    return victim in await t.admin.live_brokers(witness)
+
+
+# ---- 5. broker restart --------------------------------------------------------------------------
+
+
+async def restart_step(t: Tour) -> None:
+    n, c = t.narrator, t.cluster
+    broker = c.brokers[0]
+    n.step(5, STEPS, f"restart: broker {broker} stops (controlled shutdown) and starts again from its own data")
+    killed = await c.stop([broker])
+    t.admin.forget(broker)
+    if killed:
+        raise QuorumError(f"broker {broker} did not stop within the grace period ({t.nodes_text()})")
+    started = time.perf_counter()
+    await c.start(broker)
+    if t.single_node:
+        await quorum.wait_for_leader(t.client, ELECTION_WAIT_S, t.nodes_text)
+    await t.admin.wait_until(lambda: _brokers_live(t, {broker}), REGISTER_WAIT_S, f"broker {broker} registered again",
+                             t.nodes_text)
+    await brokers_caught_up(t, [broker], f"broker {broker} caught up after its restart")
+    restart_s = time.perf_counter() - started
+    loaded = re.findall(r"loaded snapshot (\d+)-(\d+) in (\d+) ms", c.stderr_text(broker))
+    how = (f"loaded its snapshot {loaded[-1][0]}-{loaded[-1][1]} in {loaded[-1][2]} ms, then fetched only the log "
+           "after it" if loaded else "replayed its local log (no snapshot yet)")
+    n.say(f"broker {broker} {how}; it answers at the controller's offset {seconds(restart_s)} after its start "
+          "(process start included)")
+    n.record("broker restart", seconds(restart_s), f"broker {broker}: process start -> caught up and unfenced")
+
+
+async def stop_cluster(t: Tour) -> None:
+    """Brokers first (their controlled shutdown needs the active controller), then the standby
+    controllers, then the active one: every log then ends at the high watermark."""
+    n, c = t.narrator, t.cluster
     t0 = time.perf_counter()
-    killed = await c.stop([i for i in c.nodes if i != t.leader])
+    killed = await c.stop([i for i in c.brokers if not c.nodes[i].is_controller])
+    killed += await c.stop([i for i in c.controllers if i != t.leader])
     killed += await c.stop([t.leader])
-    n.say(f"stopped the quorum with SIGTERM, followers then leader, in {seconds(time.perf_counter() - t0)}"
-          + (f"; nodes {killed} had to be killed" if killed else "") + "; the data stays for the tools")
+    n.say(f"stopped the cluster with SIGTERM (brokers, standbys, then the active controller) in "
+          f"{seconds(time.perf_counter() - t0)}" + (f"; nodes {killed} had to be killed" if killed else "")
+          + "; the data stays for the tools")
 
 
 # ---- 4. replay ------------------------------------------------------------------------------------
 
 
 def _find_partition(image, shape) -> tuple[str, int]:
-    """A live partition in the middle of the workload (churn may have deleted its topic)."""
+    """A live partition in the middle of the workload."""
     from kraftlog.engine.image import workload
 
     pid = 3 % shape.partitions_per_topic
@@ -277,49 +345,37 @@ def _describe_partition(p) -> str:
 
 
 def replay_step(t: Tour) -> None:
-    """engine.image.logload.load_log_dir on the leader's log (the quorum is stopped by now, so
-    the Log it opens is nobody else's): zero-copy regions of the segments, decoded into columns by
-    the native decoder (every batch CRC-checked) and applied to one delta."""
+    """The active controller's directory as the tools read it (the cluster is stopped by now):
+    its newest LMDB snapshot that the log continues from, then the log after it, zero-copy
+    regions decoded into columns by the native decoder (every batch CRC-checked)."""
     from kraftlog.engine.image import versions
-    from kraftlog.engine.image.logload import load_log_dir
-    from kraftlog.engine.server.tools.progress import rate
+    from kraftlog.engine.server.tools.imageload import load_log_dir
 
     n = t.narrator
     node = t.cluster.nodes[t.leader]
-    n.step(4, STEPS, f"replay: node {t.leader}'s metadata log from disk into a MetadataImage")
-    manifests = []
-    with n.bar("replaying", t.high_watermark) as bar:
-        def on_progress(m) -> None:
-            manifests.append(m)
-            bar.update(m.last_offset + 1, f"offset {m.last_offset + 1:,}, {rate(m.records, bar.elapsed_s)}")
-
-        t0 = time.perf_counter()
-        image = load_log_dir(node.log_dir, progress=on_progress)
-        replay_s = time.perf_counter() - t0
-    m = manifests[-1]
-    end = image.provenance.offset + 1
-    if end != t.high_watermark:
-        raise DemoError(f"the replay of {node.log_dir} ended at offset {end:,}, not at the high watermark "
-                        f"{t.high_watermark:,}")
+    n.step(6, STEPS, f"replay: controller {t.leader}'s metadata directory from disk into a MetadataImage")
+    t0 = time.perf_counter()
+    loaded = load_log_dir(node.log_dir, command="demo", progress=n.progress)
+    replay_s = time.perf_counter() - t0
+    image, m = loaded.image, loaded.manifest
     topics, partitions = image.topics.live_topics, image.topics.partition_count
-    expected = t.shape.partitions - t.removed_topics * t.shape.partitions_per_topic
-    if partitions != expected:
-        raise DemoError(f"the image of {node.log_dir} has {partitions:,} partitions; the workload minus its "
-                        f"{t.removed_topics} deleted topics has {expected:,}")
+    if partitions != t.created_partitions:
+        raise DemoError(f"the image of {node.log_dir} has {partitions:,} partitions; the tour created "
+                        f"{t.created_partitions:,}")
     image_bytes = image.topics.nbytes()
-    n.say(f"{m.records:,} records in {m.batches:,} batches (offsets 0..{end - 1:,}) replayed in "
-          f"{seconds(replay_s)}: {m.records / replay_s:,.0f} records/s, every batch CRC-checked; "
-          f"{m.generic_records:,} of them (the churn, mostly) one by one, the rest decoded into columns and "
-          "applied in bulk")
+    base = ("its newest snapshot (ending at offset " + f"{loaded.snapshot_end_offset:,}) plus "
+            if loaded.snapshot_end_offset is not None else "its whole log: ")
+    n.say(f"{base}{m.records:,} log records up to offset {loaded.end_offset - 1:,} replayed in {seconds(replay_s)}, "
+          "every batch CRC-checked")
     n.say(f"image: metadata.version {versions.name(image.features.metadata_version)}, "
-          f"{len(image.cluster.brokers)} brokers, {topics:,} topics, {partitions:,} partitions, "
-          f"{image_bytes / partitions:,.0f} bytes per partition in memory (columnar)")
+          f"{len(image.cluster.brokers)} brokers, {len(image.cluster.controllers)} controllers, {topics:,} topics, "
+          f"{partitions:,} partitions, {image_bytes / partitions:,.0f} bytes per partition in memory (columnar)")
     name, pid = t.lookup = _find_partition(image, t.shape)
     p, lookup_s = _timed_lookup(lambda: image.topics.partition(name, pid))
     n.say(f"{name} partition {pid}: {_describe_partition(p)} (lookup {millis(lookup_s)})")
     t.image = image
-    n.record("replay", seconds(replay_s), f"{m.records:,} records at {m.records / replay_s:,.0f} records/s -> "
-             f"{partitions:,} partitions, {image_bytes / partitions:,.0f} B/partition")
+    n.record("replay", seconds(replay_s), f"snapshot + log -> {partitions:,} partitions, "
+             f"{image_bytes / partitions:,.0f} B/partition")
     n.record("lookup", millis(lookup_s), f"{name}/{pid} in the replayed image (median of {LOOKUPS_TIMED})")
 
 
@@ -342,7 +398,7 @@ def snapshot_step(t: Tour) -> None:
     n, image = t.narrator, t.image
     sid = (image.provenance.offset + 1, image.provenance.epoch)
     store_dir = os.path.join(t.data_dir, SNAPSHOT_STORE)
-    n.step(5, STEPS, f"snapshot: the image into the LMDB snapshot store at {store_dir}, and out as a Kafka .checkpoint")
+    n.step(7, STEPS, f"snapshot: the image into the LMDB snapshot store at {store_dir}, and out as a Kafka .checkpoint")
     store = SnapshotStore(store_dir)
     try:
         t0 = time.perf_counter()

@@ -46,6 +46,7 @@ class Loaded:
     kind: str  # "log" or "checkpoint"
     manifest: LoadManifest
     end_offset: int
+    snapshot_end_offset: int | None = None  # a log directory read from its LMDB snapshot: where it ends
 
 
 def load(path: str, *, command: str, progress: bool, skip_errors: bool = False) -> Loaded:
@@ -112,7 +113,7 @@ def load_log_dir(directory: str, *, command: str, progress: bool, skip_errors: b
         loader = Loader(base, skip_errors=skip_errors, progress=on_progress)
         image = loader.replay_regions(_regions(scan, start), path=directory)
     manifest = manifests[-1] if manifests else LoadManifest("log")
-    return Loaded(image, directory, "log", manifest, end)
+    return Loaded(image, directory, "log", manifest, end, None if base is None else base.provenance.offset + 1)
 
 
 def _snapshot_base(directory: str, start: int, end: int, command: str) -> MetadataImage | None:
