@@ -19,8 +19,3 @@ class NodeStartError(DemoError):
 
 class QuorumError(DemoError):
     """The quorum did not reach a state in time (no leader, a replica not caught up)."""
-
-
-class ReplicaMismatchError(DemoError):
-    """Two replicas hold different committed bytes, or the committed records differ from what
-    was proposed."""

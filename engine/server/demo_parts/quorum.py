@@ -1,4 +1,4 @@
-"""Looking at the quorum: DescribeQuorum as Kafka's tool prints it, waits, replica digests.
+"""Looking at the quorum: DescribeQuorum as Kafka's tool prints it, and waits on it.
 
 ``status_lines`` / ``replication_lines`` follow ``kafka-metadata-quorum describe --status`` and
 ``describe --replication --human-readable``: Lag is the leader's log end offset minus the
@@ -6,27 +6,17 @@ replica's; MaxFollowerLag is that lag for the replica furthest behind, MaxFollow
 leader's last-caught-up time minus that replica's (0 when the leader is the furthest behind).
 Our DescribeQuorum carries the leader's monotonic clock in milliseconds (not wall time), so times
 are shown as "N ms ago" against the leader's own entry, which it stamps when it answers.
-
-``replica_digest`` reads a node's log directory read-only (the tools' scan: every batch CRC,
-offsets continuous) and hashes the bytes of every batch below an offset. Followers append the
-leader's batches byte for byte (raft/aio: batches travel raw), so equal committed logs have equal
-digests.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
-from dataclasses import dataclass
 
-import numpy as np
-
-from kraftlog.engine.server.demo_parts.errors import QuorumError, ReplicaMismatchError
+from kraftlog.engine.server.demo_parts.errors import QuorumError
 from kraftlog.raft.types import Errors
 
 POLL_INTERVAL_S = 0.05
-DIGEST_HEX_CHARS = 16  # of the sha256, as shown
 
 
 async def wait_for_leader(client, timeout_s: float, describe_nodes) -> object:
@@ -98,57 +88,3 @@ def replication_rows(dq) -> list[list[str]]:
             rows.append([str(v.replica_id), str(v.log_end_offset), str(leader.log_end_offset - v.log_end_offset),
                          _ago(now_ms, v.last_fetch_ms), _ago(now_ms, v.last_caught_up_ms), status])
     return rows
-
-
-@dataclass(frozen=True)
-class ReplicaDigest:
-    node_id: int
-    end_offset: int  # offsets [0, end_offset) hashed
-    batches: int
-    size_bytes: int
-    sha256: str
-
-    @property
-    def short(self) -> str:
-        return self.sha256[:DIGEST_HEX_CHARS]
-
-
-def replica_digest(node_id: int, log_dir: str, end_offset: int) -> ReplicaDigest:
-    """sha256 of the bytes of every batch below ``end_offset`` in ``log_dir`` (read-only)."""
-    from kraftlog.engine.server.tools import segments
-
-    scan = segments.scan_log_dir(log_dir, check_indexes=False)
-    if scan.problem is not None and not scan.problem.torn_tail:
-        raise ReplicaMismatchError(f"node {node_id}: {scan.problem.describe()}")
-    h = hashlib.sha256()
-    batches = size = 0
-    covered = scan.start_offset if scan.segments else 0
-    for seg in scan.segments:
-        s = seg.scan
-        if not seg.batch_count:
-            continue
-        n = int(np.searchsorted(np.asarray(s.last_offsets), end_offset, side="left"))  # last offset < end
-        if n == 0:
-            continue
-        start = int(s.positions[0])
-        stop = int(s.positions[n - 1]) + int(s.size_bytes[n - 1])
-        buf = segments.map_file(seg.path)
-        view = memoryview(buf)
-        try:
-            part = view[start:stop]
-            h.update(part)
-            part.release()
-        finally:
-            view.release()  # a map with live views cannot be closed
-            buf.close()
-        batches, size, covered = batches + n, size + stop - start, int(s.last_offsets[n - 1]) + 1
-    if covered != end_offset:
-        raise ReplicaMismatchError(f"node {node_id}: {log_dir} holds whole batches up to offset {covered}, "
-                                   f"not up to the high watermark {end_offset}")
-    return ReplicaDigest(node_id, end_offset, batches, size, h.hexdigest())
-
-
-def check_identical(digests: list[ReplicaDigest]) -> None:
-    if len({d.sha256 for d in digests}) != 1:
-        shown = ", ".join(f"node {d.node_id} {d.short} ({d.batches} batches, {d.size_bytes:,} bytes)" for d in digests)
-        raise ReplicaMismatchError(f"the replicas' committed logs below offset {digests[0].end_offset} differ: {shown}")
