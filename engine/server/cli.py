@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("kraftlog.engine.server.bench_cmd", "run the benchmarks beside their peers and write a report"),
     "log": ("kraftlog.engine.server.tools.log_cmd", "dump, verify and repair log segments (kafka-dump-log)"),
     "image": ("kraftlog.engine.server.tools.image_cmd", "show or browse the metadata image (kafka-metadata-shell)"),
+    "snapshot": ("kraftlog.engine.server.tools.snapshot_cmd", "list, dump, export and import the snapshots of a node's store"),
     "storage": ("kraftlog.engine.server.tools.storage_cmd", "random-uuid, format and info (kafka-storage)"),
     "quorum": ("kraftlog.engine.server.tools.quorum_cmd", "describe a live metadata quorum (kafka-metadata-quorum)"),
     "features": ("kraftlog.engine.server.tools.features_cmd", "describe, upgrade, downgrade metadata.version (kafka-features)"),

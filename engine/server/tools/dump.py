@@ -129,6 +129,16 @@ class Dumper:
             self.emit(f"Found {n} invalid bytes at the end of {name}, from position {position}",
                       {"kind": "invalid_bytes", "file": path, "position": position, "bytes": n})
 
+    def dump_snapshot_stream(self, stream, label: str, end_offset: int, epoch: int) -> None:
+        """The lines ``dump`` prints for a .checkpoint file, for a snapshot stream held in memory
+        (``label`` names it, e.g. store#id). The caller has verified the stream, so no invalid
+        bytes can follow its batches."""
+        if not self.json_lines:
+            self.write(f"Dumping {label}\n")
+        self._file_line(f"Snapshot end offset: {end_offset}, epoch: {epoch}",
+                        {"kind": "file", "file": label, "snapshotEndOffset": end_offset, "snapshotEpoch": epoch})
+        self._batches(stream, len(stream), label)
+
     def _file_line(self, text: str, obj: dict) -> None:
         if self.json_lines:
             self.write(_json(obj) + "\n")
