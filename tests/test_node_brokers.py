@@ -171,6 +171,18 @@ def test_brokers_pull_metadata_restart_from_snapshots_and_get_fenced(cluster):
                 assert all(int(p.leader_epoch) >= 0 and int(p.leader_id) in BROKERS for p in parts)
                 assert int(md.controller_id) in (1, 2, 3)
 
+            # `quorum describe --bootstrap-server <a broker>`: the broker forwards DescribeQuorum to
+            # the active controller; the brokers are the observers
+            h, p = cluster.addresses[102]
+            out = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "kraftlog.engine.server.cli",
+                                                           "quorum", "describe", "--status", "--bootstrap-server",
+                                                           f"{h}:{p}"], capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+            status = dict(line.split(":", 1) for line in out.stdout.splitlines())
+            assert status["LeaderId"].strip() in ("1", "2", "3") and status["CurrentVoters"].strip() == "[1,2,3]"
+            observers = status["CurrentObservers"].strip().strip("[]").split(",")
+            assert sorted(map(int, observers)) == list(BROKERS), out.stdout
+
             # Prometheus metrics on broker 101 and controller 1, read over HTTP
             broker_metrics = await _scrape(cluster, 101)
             assert broker_metrics["kraftlog_broker_state"] == 3.0  # Running

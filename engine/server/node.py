@@ -90,6 +90,7 @@ from kraftlog.raft import wire
 from kraftlog.raft.aio.driver import DriverConfig
 from kraftlog.raft.aio.transport import FrameConnection, RaftTransport
 from kraftlog.raft.core import RaftConfig
+from kraftlog.raft.messages import DescribeQuorumRequest
 
 log = logging.getLogger("kraftlog.node")
 
@@ -122,6 +123,7 @@ class NodeTransport(RaftTransport):
     supported: list[tuple[str, int, int]] = []  # this node's feature ranges, for ApiVersions
     metrics = None  # metrics.NodeMetrics when the node exports metrics
     core = None  # the RaftCore, for OffsetsForLeaderEpoch
+    forward = None  # a broker's DescribeQuorum forwarder (coroutine function -> kio response)
 
     def _served(self) -> dict[int, tuple[int, type, type]]:
         return NODE_CONTROLLER_APIS if self.controller is not None else _BROKER_APIS
@@ -136,6 +138,10 @@ class NodeTransport(RaftTransport):
         api_key, version, _ = wire.peek_request_header(frame)
         if self.metrics is not None:
             self.metrics.request_seen(api_key)
+        if api_key == wire.API_DESCRIBE_QUORUM and self.forward is not None:
+            rf = wire.parse_request(frame)
+            self._respond_later(conn, rf.correlation_id, asyncio.get_running_loop().create_task(self.forward()))
+            return
         if api_key == wire.API_API_VERSIONS:
             rf = wire.parse_request(frame)
             image = self.publisher.image if self.publisher is not None else None
@@ -444,7 +450,17 @@ class MetadataNode(RaftNode):
                 listeners=[Listener(b.listener_name, b.advertised_host, port)], features=self.supported,
                 rack=b.rack, log_dirs=b.log_dir_ids, config=b.config)
             self.lifecycle.start()
+            if self.controller is None:
+                self.transport.forward = self._forward_describe_quorum
         return port
+
+    async def _forward_describe_quorum(self):
+        """A broker answers DescribeQuorum by asking the active controller (as Kafka's brokers
+        forward it), so `kraftlog quorum describe --bootstrap-server <broker>` works; an observer's
+        own view of the quorum is not the leader's."""
+        api = wire.APIS[DescribeQuorumRequest]
+        return await self.lifecycle.channel.ask(api.key, api.version, wire.request_to_kio(DescribeQuorumRequest()),
+                                                api.response)
 
     async def stop(self, *, resign: bool = True) -> None:
         if self.lifecycle is not None:
