@@ -84,7 +84,7 @@ class BrokerLifecycle:
 
     def __init__(self, node_id: int, cluster_id: str, publisher, voters: dict[int, tuple[str, int]], *,
                  listeners: list[Listener], features: list[tuple[str, int, int]], rack: str | None,
-                 log_dirs: tuple[uuid.UUID, ...] = (), config: BrokerConfig | None = None):
+                 log_dirs: tuple[uuid.UUID, ...] = (), config: BrokerConfig | None = None, ssl_context=None):
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.publisher = publisher  # engine.server.controller.ImagePublisher: image, next_offset, leader
@@ -103,7 +103,7 @@ class BrokerLifecycle:
         self._want_shut_down = False
         self._shut_down_allowed = asyncio.Event()
         self._unfenced = asyncio.Event()
-        self.channel = ControllerChannel(voters, publisher, self.config.request_timeout_ms)
+        self.channel = ControllerChannel(voters, publisher, self.config.request_timeout_ms, ssl_context=ssl_context)
         self._unreachable_since: float | None = None  # loop time of the first failure in a row
         self._task: asyncio.Task | None = None
 
@@ -228,8 +228,10 @@ class ControllerChannel:
     voters in turn; NOT_CONTROLLER, a lost connection or a timeout moves to the next candidate.
     Used by the broker lifecycle and by controllers registering themselves."""
 
-    def __init__(self, voters: dict[int, tuple[str, int]], publisher, request_timeout_ms: int):
+    def __init__(self, voters: dict[int, tuple[str, int]], publisher, request_timeout_ms: int, *,
+                 ssl_context=None):
         self.voters = voters
+        self.ssl_context = ssl_context  # mutual TLS towards the controllers (engine/server/tls.py)
         self.publisher = publisher
         self.request_timeout_ms = request_timeout_ms
         self.controller_id = NO_ID  # who answered last
@@ -250,7 +252,7 @@ class ControllerChannel:
             try:
                 conn = self._conns.get(node)
                 if conn is None or not conn.alive:
-                    conn = self._conns[node] = _ClientConnection(*self.voters[node])
+                    conn = self._conns[node] = _ClientConnection(*self.voters[node], ssl_context=self.ssl_context)
                     await asyncio.wait_for(conn.open(), timeout_s)
                 resp = await asyncio.wait_for(conn.request(api_key, version, body, response_type), timeout_s)
             except (TimeoutError, OSError, ClientError) as exc:

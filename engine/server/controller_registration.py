@@ -94,10 +94,11 @@ class ControllerRegistrar:
     """Keeps this controller's registration in the image (see the module docstring)."""
 
     def __init__(self, node_id: int, publisher, voters: dict[int, tuple[str, int]], *, listener: Listener,
-                 features: list[tuple[str, int, int]], check_interval_ms: int = 500, request_timeout_ms: int = 2000):
+                 features: list[tuple[str, int, int]], check_interval_ms: int = 500, request_timeout_ms: int = 2000,
+                 ssl_context=None):
         self.node_id = node_id
         self.publisher = publisher
-        self.channel = ControllerChannel(voters, publisher, request_timeout_ms)
+        self.channel = ControllerChannel(voters, publisher, request_timeout_ms, ssl_context=ssl_context)
         self.incarnation_id = uuid.uuid4()
         self.request = kreg_req.ControllerRegistrationRequest(
             controller_id=i32(node_id), incarnation_id=self.incarnation_id, zk_migration_ready=False,

@@ -298,9 +298,11 @@ class MetadataClient:
 
     def __init__(self, bootstrap: Sequence[tuple[str, int]], *, refresh_backoff_ms: int = 100,
                  refresh_backoff_max_ms: int = 1000, request_timeout_ms: int = 3000,
-                 refresh_timeout_ms: int = 10_000, learn_nodes: bool = True, rng: random.Random | None = None):
+                 refresh_timeout_ms: int = 10_000, learn_nodes: bool = True, rng: random.Random | None = None,
+                 ssl_context=None):
         if not bootstrap:
             raise ValueError("at least one bootstrap address is needed")
+        self.ssl_context = ssl_context  # mutual TLS (engine/server/tls.py client_context), or None
         if not 0 < refresh_backoff_ms <= refresh_backoff_max_ms:
             raise ValueError("need 0 < refresh_backoff_ms <= refresh_backoff_max_ms")
         self.refresh_backoff_ms, self.refresh_backoff_max_ms = refresh_backoff_ms, refresh_backoff_max_ms
@@ -454,7 +456,7 @@ class MetadataClient:
         n.in_flight += 1
         try:
             if n.conn is None or not n.conn.alive:
-                n.conn = _ClientConnection(*n.address)
+                n.conn = _ClientConnection(*n.address, ssl_context=self.ssl_context)
                 await asyncio.wait_for(n.conn.open(), timeout_s)
             body = kmetadata_req.MetadataRequest(
                 topics=tuple(kmetadata_req.MetadataRequestTopic(topic_id=None, name=t) for t in names),

@@ -58,7 +58,13 @@ from kio.serial import entity_reader
 from kio.static.primitive import i16
 
 from kraftlog.engine.image import versions
-from kraftlog.engine.server.broker import BrokerConfig, BrokerLifecycle, Listener
+from kraftlog.engine.server.broker import (
+    SECURITY_PROTOCOL_PLAINTEXT,
+    SECURITY_PROTOCOL_SSL,
+    BrokerConfig,
+    BrokerLifecycle,
+    Listener,
+)
 from kraftlog.engine.server.controller import (
     API_METADATA,
     CONTROLLER_APIS,
@@ -88,7 +94,7 @@ from kraftlog.engine.snapshot.store import SnapshotStore
 from kraftlog.errors import KraftlogError
 from kraftlog.raft import wire
 from kraftlog.raft.aio.driver import DriverConfig
-from kraftlog.raft.aio.transport import FrameConnection, RaftTransport
+from kraftlog.raft.aio.transport import FrameConnection, RaftTransport, TransportConfig
 from kraftlog.raft.core import RaftConfig
 from kraftlog.raft.messages import DescribeQuorumRequest
 
@@ -154,7 +160,6 @@ class NodeTransport(RaftTransport):
             return
         served, request_type, _ = spec
         if version != served:
-            self.frames_rejected += 1
             raise wire.WireFormatError(f"unsupported API key {api_key} version {version} (served: v{served})")
         correlation_id, body = _parse(frame, request_type, api_key)
         if api_key == API_OFFSETS_FOR_LEADER_EPOCH:
@@ -381,6 +386,7 @@ class MetadataNode(RaftNode):
                  driver_config: DriverConfig | None = None, controller_config: ControllerConfig | None = None,
                  broker: BrokerSettings | None = None, snapshot_policy: SnapshotPolicy | None = None,
                  max_metadata_version: int | None = None, metrics_address: tuple[str, int] | None = None,
+                 transport_config: TransportConfig | None = None, server_ssl=None, client_ssl=None,
                  seed: int | None = None):
         if ROLE_CONTROLLER in roles and node_id not in voters:
             raise NodeError(f"node {node_id} has the controller role but is not among the voters {sorted(voters)}")
@@ -389,6 +395,8 @@ class MetadataNode(RaftNode):
                             f"{','.join(sorted(roles))})")
         self.roles = roles
         self.cluster_id = cluster_id
+        # read by make_transport during RaftNode.__init__; client_ssl also by the broker/registrar channels
+        self.transport_config, self.server_ssl, self.client_ssl = transport_config, server_ssl, client_ssl
         # what this node advertises (registrations, ApiVersions); a lower max plays an older build
         self.supported = supported_features(max_metadata_version)
         super().__init__(node_id, voters, directory, cluster_id=cluster_id, config=config,
@@ -425,7 +433,8 @@ class MetadataNode(RaftNode):
         return SnapshottingPublisher(on_leader_change=self._leader_changed)
 
     def make_transport(self, node_id: int, voters: dict[int, tuple[str, int]]):
-        return NodeTransport(node_id, voters)
+        return NodeTransport(node_id, voters, self.transport_config, server_ssl=self.server_ssl,
+                             client_ssl=self.client_ssl)
 
     @property
     def image(self):
@@ -442,17 +451,23 @@ class MetadataNode(RaftNode):
             self.metrics_port = await self.transport.metrics.serve(*self.metrics_address)
         if self.controller is not None:
             self.registrar = ControllerRegistrar(self.node_id, self.machine, self.voters, features=self.supported,
-                                                 listener=Listener("CONTROLLER", b.advertised_host, port))
+                                                 listener=Listener("CONTROLLER", b.advertised_host, port,
+                                                                   self._security_protocol()),
+                                                 ssl_context=self.client_ssl)
             self.registrar.start()
         if ROLE_BROKER in self.roles:
             self.lifecycle = BrokerLifecycle(
                 self.node_id, self.cluster_id, self.machine, self.voters,
-                listeners=[Listener(b.listener_name, b.advertised_host, port)], features=self.supported,
-                rack=b.rack, log_dirs=b.log_dir_ids, config=b.config)
+                listeners=[Listener(b.listener_name, b.advertised_host, port, self._security_protocol())],
+                features=self.supported, rack=b.rack, log_dirs=b.log_dir_ids, config=b.config,
+                ssl_context=self.client_ssl)
             self.lifecycle.start()
             if self.controller is None:
                 self.transport.forward = self._forward_describe_quorum
         return port
+
+    def _security_protocol(self) -> int:
+        return SECURITY_PROTOCOL_SSL if self.server_ssl is not None else SECURITY_PROTOCOL_PLAINTEXT
 
     async def _forward_describe_quorum(self):
         """A broker answers DescribeQuorum by asking the active controller (as Kafka's brokers
@@ -537,13 +552,18 @@ async def serve(args) -> int:
     broker = BrokerSettings(rack=args.rack, advertised_host=host,
                             log_dir_ids=(metaprops.parse_uuid(directory_id, "directory.id"),) if directory_id else (),
                             config=BrokerConfig(heartbeat_interval_ms=args.heartbeat_interval_ms))
+    from kraftlog.engine.server import tls
+
+    server_ssl, client_ssl = tls.server_context(args), tls.client_context(args)
     try:
         node = MetadataNode(args.node_id, voters, args.dir, cluster_id=cluster_id, roles=roles, config=config,
                             controller_config=ControllerConfig(session_timeout_ms=args.session_timeout_ms),
                             broker=broker, snapshot_policy=SnapshotPolicy(args.snapshot_max_new_bytes,
                                                                           args.snapshot_interval_ms),
                             max_metadata_version=args.max_metadata_version,
-                            metrics_address=_metrics_address(args.metrics_port, host))
+                            metrics_address=_metrics_address(args.metrics_port, host),
+                            transport_config=TransportConfig(max_frame_bytes=args.max_frame_bytes),
+                            server_ssl=server_ssl, client_ssl=client_ssl)
     except ValueError as exc:  # timeouts that cannot work together (RaftNode says which)
         raise NodeError(str(exc)) from None
     await serve_node(node, args.listen_fd, args.listen, voters.get(args.node_id, ("127.0.0.1", 0)))

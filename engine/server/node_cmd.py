@@ -16,12 +16,17 @@ Settings come from flags, or from ``--config FILE``: a Java properties file with
     broker.heartbeat.interval.ms=2000
     metadata.log.max.record.bytes.between.snapshots=20971520
     metadata.log.max.snapshot.interval.ms=3600000
+    socket.request.max.bytes=104857600
+
+TLS (``--tls-cert/--tls-key/--tls-ca``, engine/server/tls.py): the listener requires client
+certificates signed by the CA, and the node presents its own certificate to the other nodes.
 """
 
 from __future__ import annotations
 
 import argparse
 
+from kraftlog.engine.server import tls
 from kraftlog.engine.server.tools.common import ToolError, add_command, add_commands
 
 _EXAMPLE = ("example: kraftlog node run --node-id 1 --controller-quorum-voters "
@@ -40,10 +45,12 @@ _PROPERTIES = {
     "broker.heartbeat.interval.ms": ("heartbeat_interval_ms", int),
     "metadata.log.max.record.bytes.between.snapshots": ("snapshot_max_new_bytes", int),
     "metadata.log.max.snapshot.interval.ms": ("snapshot_interval_ms", int),
+    "socket.request.max.bytes": ("max_frame_bytes", int),
 }
 _DEFAULTS = {"election_timeout_ms": 1000, "fetch_timeout_ms": 2000, "request_timeout_ms": 2000,
              "fetch_max_wait_ms": 500, "session_timeout_ms": 9000, "heartbeat_interval_ms": 2000,
-             "snapshot_max_new_bytes": 20 << 20, "snapshot_interval_ms": 3_600_000, "log_level": "INFO"}
+             "snapshot_max_new_bytes": 20 << 20, "snapshot_interval_ms": 3_600_000, "log_level": "INFO",
+             "max_frame_bytes": 100 << 20}
 _REQUIRED = {"node_id": "--node-id", "controller_quorum_voters": "--controller-quorum-voters", "dir": "--dir"}
 
 
@@ -83,6 +90,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
                      help="serve Prometheus metrics at http://<listen host>:PORT/metrics (0: any free port, "
                           "logged at start); off when not given")
+    run.add_argument("--max-frame-bytes", type=int, default=None, metavar="N",
+                     help="refuse (close the connection of) a request frame above this size "
+                          "(socket.request.max.bytes; default 100 MiB)")
+    tls.add_tls_arguments(run)
     run.add_argument("--log-level", default=None)
 
 

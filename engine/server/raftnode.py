@@ -37,6 +37,7 @@ import os
 import random
 import signal
 import socket
+import ssl
 import struct
 import sys
 import zlib
@@ -46,7 +47,7 @@ from kraftlog.engine.server.raftlog import EngineRaftLog, FileSnapshotStore
 from kraftlog.raft import wire
 from kraftlog.raft.aio.driver import DriverConfig, MonotonicClock, RaftDriver
 from kraftlog.raft.aio.quorum_file import QuorumStateFile
-from kraftlog.raft.aio.transport import RaftTransport
+from kraftlog.raft.aio.transport import DEFAULT_MAX_FRAME_BYTES, RaftTransport
 from kraftlog.raft.core import RaftConfig, RaftCore
 from kraftlog.raft.messages import DescribeQuorumRequest, DescribeQuorumResponse, FetchRequest
 from kraftlog.raft.types import NO_ID, Errors, RaftError
@@ -158,11 +159,20 @@ class ClientError(RaftError):
 
 
 class _ClientConnection:
-    """One connection with pipelined requests matched to responses by correlation id."""
+    """One connection with pipelined requests matched to responses by correlation id.
 
-    def __init__(self, host: str, port: int, max_frame_bytes: int = 64 << 20):
+    ``ssl_context`` (a client context, e.g. from engine/server/tls.py ``client_context``) makes it a
+    TLS connection; ``max_frame_bytes`` bounds a response (the node's own bound by default). A lost
+    connection, a TLS failure or a malformed response fails every request in flight with
+    ClientError (ssl/OS errors from ``open`` itself propagate: callers treat OSError as unreachable).
+    """
+
+    def __init__(self, host: str, port: int, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, *,
+                 ssl_context: ssl.SSLContext | None = None, tls_handshake_timeout_ms: int = 10_000):
         self.address = (host, port)
         self.max_frame_bytes = max_frame_bytes
+        self.ssl_context = ssl_context
+        self.tls_handshake_timeout_ms = tls_handshake_timeout_ms
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[asyncio.Future, type, bool]] = {}
         self._reader: asyncio.StreamReader | None = None
@@ -170,16 +180,20 @@ class _ClientConnection:
         self._task: asyncio.Task | None = None
 
     async def open(self) -> None:
-        self._reader, self._writer = await asyncio.open_connection(*self.address)
+        tls = {} if self.ssl_context is None else {
+            "ssl": self.ssl_context, "ssl_handshake_timeout": self.tls_handshake_timeout_ms / 1000}
+        self._reader, self._writer = await asyncio.open_connection(*self.address, **tls)
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
 
     async def _read_loop(self) -> None:
-        error: Exception = ClientError(f"connection to {self.address} closed")
+        error: Exception = ClientError(f"connection to {self.address[0]}:{self.address[1]} closed")
         try:
             while True:
+                # response = size i32 | header v0/v1 (correlation_id i32 first) | body
                 (size,) = wire.SIZE.unpack(await self._reader.readexactly(4))
                 if not 0 <= size <= self.max_frame_bytes:
-                    raise ClientError(f"response frame of {size} bytes")
+                    raise ClientError(f"response frame of {size} bytes from {self.address[0]}:{self.address[1]} "
+                                      f"(max {self.max_frame_bytes})")
                 frame = await self._reader.readexactly(size)
                 corr = wire.response_correlation_id(frame)
                 entry = self._pending.pop(corr, None)
@@ -193,9 +207,12 @@ class _ClientConnection:
                     continue
                 if not future.done():
                     future.set_result(body)
-        except (asyncio.IncompleteReadError, ConnectionError, ClientError) as exc:
-            if isinstance(exc, ClientError):
-                error = exc
+        except ClientError as exc:
+            error = exc
+        except asyncio.IncompleteReadError:
+            pass
+        except (OSError, wire.WireFormatError) as exc:  # resets, TLS alerts (ssl.SSLError), a bad response
+            error = ClientError(f"connection to {self.address[0]}:{self.address[1]} lost: {exc}")
         except asyncio.CancelledError:
             pass
         for future, _, _ in self._pending.values():
@@ -249,8 +266,9 @@ class RaftClient:
     """Talks to a cluster given the voters' addresses; finds and follows the leader."""
 
     def __init__(self, voters: dict[int, tuple[str, int]], *, retry_backoff_ms: int = 20,
-                 attempt_timeout_ms: int = 1000):
+                 attempt_timeout_ms: int = 1000, ssl_context: ssl.SSLContext | None = None):
         self.voters = voters
+        self.ssl_context = ssl_context  # a TLS client context for every connection, or None
         self.retry_backoff_ms = retry_backoff_ms
         # one request to one node: a node that accepts but never answers (its process is gone but
         # its listening socket lives on in a parent) costs at most this much
@@ -261,7 +279,7 @@ class RaftClient:
     async def _conn(self, node_id: int) -> _ClientConnection:
         conn = self._connections.get(node_id)
         if conn is None or not conn.alive:
-            conn = _ClientConnection(*self.voters[node_id])
+            conn = _ClientConnection(*self.voters[node_id], ssl_context=self.ssl_context)
             await conn.open()
             self._connections[node_id] = conn
         return conn

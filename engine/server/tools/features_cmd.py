@@ -22,6 +22,7 @@ import asyncio
 from collections.abc import Sequence
 
 from kraftlog.engine.image import versions
+from kraftlog.engine.server import tls
 from kraftlog.engine.server.tools.common import ToolError, add_command, add_commands, pipe_safe
 from kraftlog.engine.server.tools.quorum_cmd import parse_addresses
 
@@ -101,6 +102,7 @@ def _add_bootstrap(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--bootstrap-controller", metavar="HOST:PORT[,...]", help="controller addresses (the quorum)")
     where.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]", help="any node's address")
     parser.add_argument("--timeout-ms", type=int, default=10_000, help="give up after this long (default 10000)")
+    tls.add_tls_arguments(parser)
 
 
 def _add_update_args(parser: argparse.ArgumentParser, op: str) -> None:
@@ -196,14 +198,14 @@ def result_errors(resp) -> dict[str, str | None]:
 
 
 async def _ask(addresses: list[tuple[str, int]], api_key: int, version: int, body, response_type, *,
-               header_v0: bool, timeout_ms: int, accept) -> object:
+               header_v0: bool, timeout_ms: int, accept, ssl_context=None) -> object:
     """Send the request to each address in turn; the first response ``accept(resp)`` takes (returns
     None) is returned, else its reason is noted and the next address tried."""
     from kraftlog.engine.server.raftnode import _ClientConnection
 
     tried = []
     for host, port in addresses:
-        conn = _ClientConnection(host, port)
+        conn = _ClientConnection(host, port, ssl_context=ssl_context)
         try:
             await asyncio.wait_for(conn.open(), timeout_ms / 1000)
             resp = await asyncio.wait_for(conn.request(api_key, version, body, response_type, header_v0=header_v0),
@@ -220,7 +222,7 @@ async def _ask(addresses: list[tuple[str, int]], api_key: int, version: int, bod
     raise FeaturesError(f"no node answered; tried {', '.join(tried)}")
 
 
-async def fetch_features(addresses: list[tuple[str, int]], timeout_ms: int):
+async def fetch_features(addresses: list[tuple[str, int]], timeout_ms: int, ssl_context=None):
     from kio.schema.api_versions.v4.request import ApiVersionsRequest
     from kio.schema.api_versions.v4.response import ApiVersionsResponse
 
@@ -228,12 +230,12 @@ async def fetch_features(addresses: list[tuple[str, int]], timeout_ms: int):
 
     body = ApiVersionsRequest(client_software_name="kraftlog-features", client_software_version=__version__)
     return await _ask(addresses, API_API_VERSIONS, APIVERSIONS_VERSION, body, ApiVersionsResponse, header_v0=True,
-                      timeout_ms=timeout_ms,
+                      timeout_ms=timeout_ms, ssl_context=ssl_context,
                       accept=lambda r: None if int(r.error_code) == 0 else f"error {r.error_code.name}")
 
 
 async def send_updates(addresses: list[tuple[str, int]], updates: dict[str, tuple[int, int]], dry_run: bool,
-                       timeout_ms: int):
+                       timeout_ms: int, ssl_context=None):
     import datetime
 
     from kio.schema.update_features.v1 import request as kreq
@@ -251,7 +253,7 @@ async def send_updates(addresses: list[tuple[str, int]], updates: dict[str, tupl
         return None
 
     return await _ask(addresses, API_UPDATE_FEATURES, UPDATE_FEATURES_VERSION, body, kresp.UpdateFeaturesResponse,
-                      header_v0=False, timeout_ms=timeout_ms, accept=accept)
+                      header_v0=False, timeout_ms=timeout_ms, accept=accept, ssl_context=ssl_context)
 
 
 # ---- commands ------------------------------------------------------------------------------------------
@@ -262,7 +264,7 @@ def _addresses(args: argparse.Namespace) -> list[tuple[str, int]]:
 
 
 def run_describe(args: argparse.Namespace) -> int:
-    resp = asyncio.run(fetch_features(_addresses(args), args.timeout_ms))
+    resp = asyncio.run(fetch_features(_addresses(args), args.timeout_ms, tls.client_context(args)))
     supported, finalized, epoch = features_of(resp)
     if not supported:
         raise FeaturesError("the node answered ApiVersions without any supported feature (is it a node that "
@@ -281,7 +283,8 @@ def run_update(args: argparse.Namespace) -> int:
                                     unsafe=getattr(args, "unsafe", False))
     except ValueError as exc:
         args._parser.error(str(exc))  # one line, exit 2
-    resp = asyncio.run(send_updates(_addresses(args), updates, args.dry_run, args.timeout_ms))
+    resp = asyncio.run(send_updates(_addresses(args), updates, args.dry_run, args.timeout_ms,
+                                    tls.client_context(args)))
     errors = result_errors(resp)
     if int(resp.error_code) != 0 and not resp.results:
         message = resp.error_message or resp.error_code.name.upper()

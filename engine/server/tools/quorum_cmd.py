@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import time
 
+from kraftlog.engine.server import tls
 from kraftlog.errors import KraftlogError
 
 
@@ -34,6 +35,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     describe.add_argument("--human-readable", action="store_true", help="timestamps as 'N ms ago'")
     describe.add_argument("--cluster-id", default=None, help="print this cluster id (DescribeQuorum does not carry it)")
     describe.add_argument("--timeout-ms", type=int, default=5000, help="give up after this long (default 5000)")
+    tls.add_tls_arguments(describe)
     describe.set_defaults(run=run)
 
 
@@ -49,11 +51,11 @@ def parse_addresses(text: str) -> list[tuple[str, int]]:
     return out
 
 
-async def _describe(addresses: list[tuple[str, int]], timeout_ms: int):
+async def _describe(addresses: list[tuple[str, int]], timeout_ms: int, ssl_context=None):
     from kraftlog.engine.server.raftnode import RaftClient
     from kraftlog.raft.types import Errors
 
-    client = RaftClient(dict(enumerate(addresses)), attempt_timeout_ms=min(timeout_ms, 2000))
+    client = RaftClient(dict(enumerate(addresses)), attempt_timeout_ms=min(timeout_ms, 2000), ssl_context=ssl_context)
     tried = []
     try:
         for key, (host, port) in enumerate(addresses):
@@ -108,7 +110,7 @@ def replication_lines(resp, human_readable: bool, now_ms: int | None = None) -> 
 
 def run(args: argparse.Namespace) -> int:
     addresses = parse_addresses(args.bootstrap_controller or args.bootstrap_server)
-    resp = asyncio.run(_describe(addresses, args.timeout_ms))
+    resp = asyncio.run(_describe(addresses, args.timeout_ms, tls.client_context(args)))
     lines = status_lines(resp, args.cluster_id) if args.status else replication_lines(resp, args.human_readable)
     print("\n".join(lines))
     return 0
