@@ -148,6 +148,12 @@ class NodeTransport(RaftTransport):
             rf = wire.parse_request(frame)
             self._respond_later(conn, rf.correlation_id, asyncio.get_running_loop().create_task(self.forward()))
             return
+        if api_key == wire.API_API_VERSIONS and version not in wire._API_VERSIONS:
+            # KIP-511: an ApiVersions version we do not serve is answered, not dropped: v0's shape,
+            # UNSUPPORTED_VERSION and our ApiVersions range, so the client retries with one we know
+            correlation_id = wire.peek_request_header(frame)[2]
+            self._respond(conn, _unsupported_api_versions(), correlation_id, header_v0=True)
+            return
         if api_key == wire.API_API_VERSIONS:
             rf = wire.parse_request(frame)
             image = self.publisher.image if self.publisher is not None else None
@@ -228,6 +234,14 @@ def supported_api_versions(served: dict | None = None) -> list[tuple[int, int, i
     """Raft's APIs and ``served`` (default: a controller's): (api key, min version, max version)."""
     served = NODE_CONTROLLER_APIS if served is None else served
     return sorted(wire.supported_api_versions() + [(k, v, v) for k, (v, _, _) in served.items()])
+
+
+def _unsupported_api_versions():
+    from kio.schema.api_versions.v0 import response as kav0
+
+    low, high = min(wire._API_VERSIONS), max(wire._API_VERSIONS)
+    return kav0.ApiVersionsResponse(error_code=ErrorCode.unsupported_version, api_keys=(
+        kav0.ApiVersion(api_key=i16(wire.API_API_VERSIONS), min_version=i16(low), max_version=i16(high)),))
 
 
 def _api_versions_response(version: int, served: dict, image, supported):
