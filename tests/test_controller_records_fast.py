@@ -303,3 +303,41 @@ def test_create_partitions_proposes_kafkas_records(level, assign):
         assert driver.proposals[-1] == expected
 
     _run(level, assign, scenario)
+
+
+def test_concurrent_create_topics_are_group_committed_in_arrival_order():
+    """Five CreateTopics sent at once: requests that queue while a write is in flight are planned
+    together in arrival order (a name an earlier request of the group creates is TOPIC_ALREADY_EXISTS
+    for a later one, a validate-only request writes nothing), proposed together (fewer write rounds
+    than requests) with one proposal per writing request, and every answer matches the image."""
+    names = [("g1", "g2"), ("g3",), ("g2", "g4"), ("g5",), ("g6",)]
+    requests = [ct_req.CreateTopicsRequest(validate_only=(k == 3), topics=tuple(
+        ct_req.CreatableTopic(name=n, num_partitions=i32(2), replication_factor=i16(1), assignments=(), configs=())
+        for n in group)) for k, group in enumerate(names)]
+
+    async def scenario(controller, driver):
+        rounds = []
+        inner = controller._write_proposals
+
+        async def counting(proposals):
+            rounds.append(len(proposals))
+            return await inner(proposals)
+
+        controller._write_proposals = counting
+        await controller.create_topics(ct_req.CreateTopicsRequest(topics=()))  # bootstrap out of the way
+        before = len(driver.proposals)
+        answers = await asyncio.gather(*(controller.create_topics(r) for r in requests))
+        codes = [[(t.name, t.error_code) for t in a.topics] for a in answers]
+        ok, exists = ErrorCode.none, ErrorCode.topic_already_exists
+        assert codes == [[("g1", ok), ("g2", ok)], [("g3", ok)], [("g2", exists), ("g4", ok)], [("g5", ok)],
+                         [("g6", ok)]]
+        assert len(rounds) < len(requests) and sum(rounds) == 4  # g5 was validate-only
+        assert len(driver.proposals) - before == 4
+        image = controller.publisher.image
+        for answer in answers:
+            for t in answer.topics:
+                if t.error_code == ok and t.name != "g5":
+                    assert image.topics.topic(t.name).topic_id == t.topic_id
+        assert image.topics.topic("g5") is None
+
+    _run(LATEST, False, scenario)

@@ -299,6 +299,7 @@ class Controller:
         self.config = config or ControllerConfig()
         self.rng = rng or random.Random()
         self._lock = asyncio.Lock()
+        self._create_queue: list[tuple[object, asyncio.Future]] = []  # CreateTopics waiting for the lock
         self._sessions: dict[int, int] = {}  # broker id -> session deadline (monotonic ms)
         self._metadata_offsets: dict[int, int] = {}  # broker id -> metadata offset of its last heartbeat
         # broker id -> the offset its controlled shutdown completes at (Kafka's controlledShutdownOffset;
@@ -468,40 +469,70 @@ class Controller:
     # -- CreateTopics -------------------------------------------------------------------------------
 
     async def create_topics(self, req: kcreate_req.CreateTopicsRequest) -> kcreate_resp.CreateTopicsResponse:
+        """CreateTopics, group-committed: requests that arrive while a write is in flight queue up,
+        and whoever takes the lock next plans every queued request (in arrival order, each seeing
+        the topics of the ones before it) and proposes them together, one proposal per request (so
+        each request still commits atomically), then answers them all."""
         if not self.is_active:
             return _create_response([_topic_result(t.name, ErrorCode.not_controller, "not the active controller")
                                      for t in req.topics])
+        answer = asyncio.get_running_loop().create_future()
+        self._create_queue.append((req, answer))
         async with self._lock:
-            try:
-                await self._ensure_bootstrapped()
-                return await self._create_topics_locked(req)
-            except _NotActive:
-                code, why = ErrorCode.not_controller, "lost leadership before the topics were committed"
-            except TimeoutError:
-                code, why = ErrorCode.request_timed_out, "the topics were not committed in time"
-        return _create_response([_topic_result(t.name, code, why) for t in req.topics])
+            if not answer.done():
+                batch, self._create_queue = self._create_queue, []
+                await self._create_topics_batch(batch)
+        return answer.result()
 
-    async def _create_topics_locked(self, req) -> kcreate_resp.CreateTopicsResponse:
-        image = self.publisher.image
-        order = rack_interleaved(image.cluster.live_brokers())
+    async def _create_topics_batch(self, batch: list[tuple[object, asyncio.Future]]) -> None:
+        """Plan, write and answer the queued CreateTopics requests (call with the lock held)."""
+        try:
+            await self._ensure_bootstrapped()
+            image = self.publisher.image
+            order = rack_interleaved(image.cluster.live_brokers())
+            taken: set[str] = set()  # names planned by earlier requests of this batch
+            plans = [self._plan_create(req, image, order, taken) for req, _ in batch]
+            proposals = [_topic_records(planned, order, image, self.config.assign_default_directories)
+                         for (req, _), (_, planned) in zip(batch, plans, strict=True)
+                         if planned and not req.validate_only]
+            if proposals:
+                await self._write_proposals(proposals)
+        except (_NotActive, TimeoutError) as exc:
+            code, why = ((ErrorCode.not_controller, "lost leadership before the topics were committed")
+                         if isinstance(exc, _NotActive) else
+                         (ErrorCode.request_timed_out, "the topics were not committed in time"))
+            for req, answer in batch:
+                answer.set_result(_create_response([_topic_result(t.name, code, why) for t in req.topics]))
+            return
+        except Exception as exc:  # a bug: every queued request fails with it (and its connection closes)
+            for _, answer in batch:
+                answer.set_exception(exc)
+            return
+        for (_, answer), (results, _) in zip(batch, plans, strict=True):
+            answer.set_result(_create_response(results))
+
+    def _plan_create(self, req, image: MetadataImage, order: list[int], taken: set[str]):
+        """(the answer's results, the topics to write) of one CreateTopics request; a name already
+        in ``taken`` counts as existing, and the request's new names are added to it."""
         counts = Counter(t.name for t in req.topics)
         results, planned = [], []
         for t in req.topics:
             error = self._topic_error(t, counts, image, len(order))
+            if error is None and t.name in taken:
+                error = ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists."
             if error is not None:
                 results.append(_topic_result(t.name, *error))
                 continue
             partitions = t.num_partitions if t.num_partitions != -1 else self.config.default_partitions
             rf = t.replication_factor if t.replication_factor != -1 else self.config.default_replication_factor
-            planned.append(_NewTopic(t, uuid.uuid4(), partitions, rf, self.rng.randrange(len(order)), len(results)))
-            results.append(None)
-        if planned and not req.validate_only:
-            await self._write(_topic_records(planned, order, image, self.config.assign_default_directories))
-        for p in planned:
-            results[p.result_index] = kcreate_resp.CreatableTopicResult(
-                name=p.topic.name, topic_id=p.topic_id, error_code=ErrorCode.none, error_message=None,
-                num_partitions=i32(p.partitions), replication_factor=i16(p.rf), configs=())
-        return _create_response(results)
+            topic_id = uuid.uuid4()
+            planned.append(_NewTopic(t, topic_id, partitions, rf, self.rng.randrange(len(order)), len(results)))
+            results.append(kcreate_resp.CreatableTopicResult(
+                name=t.name, topic_id=topic_id, error_code=ErrorCode.none, error_message=None,
+                num_partitions=i32(partitions), replication_factor=i16(rf), configs=()))
+        if not req.validate_only:
+            taken.update(p.topic.name for p in planned)
+        return results, planned
 
     def _topic_error(self, t, counts: dict[str, int], image: MetadataImage,
                      live_brokers: int) -> tuple[ErrorCode, str] | None:
