@@ -40,6 +40,7 @@ from kio.static.primitive import i16, i32
 from kraftlog.engine.server import cli
 from kraftlog.engine.server.metadata_answer import EpochMetadataResponse
 from kraftlog.engine.server.raftnode import ClientError, _ClientConnection
+from kraftlog.errors import KraftlogError
 from tests.test_node_controller import CLUSTER_ID, NodeCluster, _ask
 
 pytestmark = pytest.mark.slow
@@ -360,3 +361,118 @@ def test_config_file_with_kafka_names_starts_a_single_node(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert r.stderr.strip().count("\n") == 0 and "--controller-quorum-voters is required" in r.stderr
+
+
+def test_active_controller_killed_mid_write_and_a_client_facing_lagging_brokers(cluster):
+    """SIGKILL of the active controller while CreateTopics requests stream in: a new active
+    controller answers within the bound, and every topic a controller acknowledged is on every
+    broker afterwards (no committed record lost). Then brokers lag on purpose (SIGSTOP/SIGCONT in
+    bursts) while topics are created and a MetadataClient refreshes from all of them: every answer
+    it applies is at least as new as its cache, topic by topic and partition by partition."""
+    from kraftlog.engine.server.metadata_client import MetadataClient
+    from kraftlog.engine.server.raftnode import RaftClient
+
+    election_timeout_ms = 300  # BrokerCluster's --election-timeout-ms
+
+    async def scenario():
+        conns = Conns(cluster)
+        raft = RaftClient(cluster.voters)
+        try:
+            await _until(lambda: _all_live(conns, 101, set(BROKERS)), 20, "three live brokers")
+            acknowledged: list[str] = []
+            stop = asyncio.Event()
+            dead: set[int] = set()  # the killed controller: its socket (held by this test) never answers
+            last_good = [1]
+
+            async def writer():
+                n = 0
+                while not stop.is_set():
+                    name = f"w{n:05d}"
+                    req = ct_req.CreateTopicsRequest(topics=(ct_req.CreatableTopic(
+                        name=name, num_partitions=i32(2), replication_factor=i16(2), assignments=(), configs=()),))
+                    for i in [last_good[0]] + [i for i in (1, 2, 3) if i != last_good[0]]:
+                        if i in dead:
+                            continue
+                        try:
+                            r = await _ask(await conns.get(i), 19, 7, req, ct_resp.CreateTopicsResponse, 2)
+                        except (OSError, ClientError, TimeoutError):
+                            continue
+                        code = r.topics[0].error_code
+                        if code in (ErrorCode.none, ErrorCode.topic_already_exists):
+                            acknowledged.append(name)
+                            last_good[0] = i
+                            n += 1
+                            break
+                    else:
+                        await asyncio.sleep(0.01)
+
+            task = asyncio.get_running_loop().create_task(writer())
+            await _until(lambda: asyncio.sleep(0, len(acknowledged) >= 30), 20, "30 topics acknowledged")
+            active = (await raft.describe_quorum()).leader_id
+            before = len(acknowledged)
+            dead.add(active)
+            cluster.kill(active)
+            killed = asyncio.get_running_loop().time()
+            await _until(lambda: asyncio.sleep(0, len(acknowledged) > before), 20, "a topic after the kill")
+            failover_s = asyncio.get_running_loop().time() - killed
+            try:
+                await _until(lambda: asyncio.sleep(0, len(acknowledged) >= before + 30), 20, "30 more topics")
+            finally:
+                stop.set()
+                await asyncio.wait_for(task, 10)
+            assert failover_s < 10 * election_timeout_ms / 1000, failover_s
+            cluster.start(active)  # the killed controller rejoins as a standby
+            conns.conns.pop(active, None)
+            for b in BROKERS:
+                async def has_all(b=b):
+                    md = await conns.metadata(b)
+                    return {t.name for t in md.topics} >= set(acknowledged)
+                await _until(has_all, 20, f"broker {b} holding every acknowledged topic")
+
+            # brokers lag on purpose; the client must never apply an answer older than its cache
+            client = MetadataClient([cluster.addresses[b] for b in BROKERS], learn_nodes=False,
+                                    refresh_backoff_ms=10, refresh_backoff_max_ms=50, request_timeout_ms=500)
+            seen: dict[tuple[str, int], tuple[int, int]] = {}
+            lagging = asyncio.Event()
+
+            async def lag():
+                while not lagging.is_set():
+                    for b in (102, 103):
+                        os.kill(cluster.procs[b].pid, signal.SIGSTOP)
+                    await asyncio.sleep(0.15)
+                    for b in (102, 103):
+                        os.kill(cluster.procs[b].pid, signal.SIGCONT)
+                    await asyncio.sleep(0.03)
+
+            lagger = asyncio.get_running_loop().create_task(lag())
+            try:
+                names = []
+                for k in range(12):
+                    names.append(f"lag{k:02d}")
+                    await _create(conns, [names[-1]], 2, 2)
+                    for b in BROKERS:
+                        try:
+                            await client.refresh(names, node=cluster.addresses[b], timeout_ms=3000)
+                        except KraftlogError:
+                            continue  # stayed stale or unreachable until the deadline: nothing applied
+                        for name in names:
+                            topic = client.cached(name)
+                            if topic is None:
+                                continue
+                            for pid in range(2):
+                                part = client.cached(name, pid)
+                                now = (topic.topic_epoch, part.leader_epoch)
+                                assert now >= seen.get((name, pid), now), (name, pid, seen[(name, pid)], now)
+                                seen[(name, pid)] = now
+            finally:
+                lagging.set()
+                await lagger
+                for b in (102, 103):
+                    os.kill(cluster.procs[b].pid, signal.SIGCONT)
+                await client.close()
+            assert client.stats.answers_accepted > 0 and len(seen) == 24, (client.stats, len(seen))
+        finally:
+            await raft.close()
+            await conns.close()
+
+    asyncio.run(scenario())
