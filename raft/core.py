@@ -85,6 +85,11 @@ class RaftConfig:
     snapshot_chunk_max_bytes: int = 1 << 20
     deliveries_max_batches: int = 1024  # per poll, so one poll stays short
     metrics_window_ms: int = 30_000
+    # KIP-392 for observers (see "Observers fetching from followers" below)
+    rack: str | None = None  # this node's rack (Kafka's broker.rack), sent as RackId in every Fetch
+    replica_lag_time_max_ms: int = 2000  # a voter caught up within this long may serve observers
+    preferred_replica_refresh_ms: int = 30_000  # an observer asks the leader again this often
+    preferred_replica_max_failures: int = 3  # "offset not there yet" answers in a row before leaving
 
     @property
     def check_quorum_timeout_ms(self) -> int:
@@ -103,13 +108,29 @@ class _Pending:
 
 @dataclass(slots=True)
 class ReplicaProgress:
-    """The leader's view of one replica (Kafka's ReplicaState)."""
+    """The leader's view of one replica (Kafka's ReplicaState).
+
+    ``last_caught_up_ms`` follows Kafka: the time of a fetch at or past the leader's end, or of
+    the previous fetch when this one reached the end the leader had then
+    (``last_fetch_leader_end``), so a follower that keeps up with a steady stream of appends
+    counts as caught up although it is always one fetch behind."""
 
     end_offset: int = -1
     last_fetch_ms: int = -1
     last_caught_up_ms: int = -1
+    last_fetch_leader_end: int = -1
     begin_acked: bool = False
     last_sent_hw: int = -1
+    rack: str | None = None  # from the replica's own Fetch requests
+
+    def record_fetch(self, offset: int, leader_end: int, now: int) -> None:
+        if offset >= leader_end:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, now)
+        elif self.last_fetch_leader_end > 0 and offset >= self.last_fetch_leader_end:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, self.last_fetch_ms)
+        self.last_fetch_leader_end = leader_end
+        self.end_offset = offset
+        self.last_fetch_ms = max(self.last_fetch_ms, now)
 
 
 @dataclass(slots=True)
@@ -132,6 +153,7 @@ class _LeaderProgress:
 @dataclass(slots=True)
 class _SnapshotFetch:
     snapshot_id: OffsetAndEpoch
+    source: int  # the node that named the snapshot: only it is sure to have it
     position: int = 0
     size: int = -1
 
@@ -161,8 +183,17 @@ class RaftCore:
         self._snapshot_fetch: _SnapshotFetch | None = None
         self._end_quorum_pending: set[int] = set()
         self._fetch_backoff_until_ms = 0
-        self.snapshots_installed = 0  # counters the simulator reads to prove a path ran
+        # observer side of KIP-392: the voter we read from instead of the leader (NO_ID: the leader)
+        self._read_replica = NO_ID
+        self._read_replica_until_ms = 0
+        self._read_replica_failures = 0
+        # follower side: observer fetches waiting for our high watermark, and the HW each saw last
+        self._observer_parked: dict[int, _Parked] = {}
+        self._observer_sent_hw: dict[int, int] = {}
+        self.snapshots_installed = 0  # counters the simulator and metrics read to prove a path ran
         self.truncations = 0
+        self.observer_fetches_served = 0  # observer Fetch answers with records this follower sent
+        self.read_replica_fallbacks = 0  # times this observer left a read replica on an error
         self._qs = QuorumState(node_id, self.voters, self._initial_state(quorum_store.read()))
 
     # ---- startup ----------------------------------------------------------------------
@@ -231,6 +262,15 @@ class RaftCore:
     @property
     def election_state(self) -> ElectionState:
         return self._qs.persisted
+
+    @property
+    def fetch_source_id(self) -> int:
+        """The node a follower or observer fetches from now: its read replica (an observer sent
+        to a voter in its rack) or the leader; NO_ID when it fetches from no one."""
+        s = self._qs.current
+        if s.role is not F:
+            return NO_ID
+        return self._read_replica if self._read_replica != NO_ID else s.leader_id
 
     def metrics_snapshot(self) -> dict:
         return self.metrics.snapshot(self, self.clock.milliseconds())
@@ -369,6 +409,9 @@ class RaftCore:
             times.append(s.backoff_until_ms)
         if s.role is F:
             times.append(self._fetch_backoff_until_ms)
+            times.extend(p.deadline_ms for p in self._observer_parked.values())
+            if self._read_replica != NO_ID:
+                times.append(self._read_replica_until_ms)
         times.extend(p.deadline_ms for p in self._inflight.values())
         times.extend(self._retry_at.values())
         if self._leader is not None:
@@ -387,6 +430,7 @@ class RaftCore:
             if self._inflight_key.get(key) == c:
                 del self._inflight_key[key]
                 self._retry_at[key] = now + self.config.retry_backoff_ms
+                self._read_replica_timed_out(p)
         for key in [k for k, t in self._retry_at.items() if t <= now]:
             del self._retry_at[key]
 
@@ -416,6 +460,11 @@ class RaftCore:
         # a new state starts its own requests: pending ones are answered but no longer block
         self._inflight_key.clear()
         self._retry_at.clear()
+        # a read replica was chosen by the old state's leader; observers we served were bound to
+        # the old state's epoch and high watermark
+        self._read_replica = NO_ID
+        self._read_replica_failures = 0
+        self._release_observer_fetches()
         if old.role is L and new.role is not L:
             self._leave_leadership()
         if old.role is R:
@@ -565,16 +614,27 @@ class RaftCore:
             else:
                 self._become_prospective(now)
             return
+        if self._observer_parked:
+            self._answer_parked_observer_fetches(now)
+        if self._read_replica != NO_ID and now >= self._read_replica_until_ms:
+            # KIP-392: the preferred replica is only good until the leader is asked again
+            self._drop_read_replica(failed=False)
         if now < self._fetch_backoff_until_ms:
             return
         sf = self._snapshot_fetch
         if sf is not None:
-            if self._can_send(FetchSnapshotRequest, s.leader_id):
-                self._send(s.leader_id, FetchSnapshotRequest(self.cluster_id, self.node_id,
-                                                             self.config.snapshot_chunk_max_bytes, s.epoch,
-                                                             sf.snapshot_id, sf.position), now)
-        elif self._can_send(FetchRequest, s.leader_id):
-            self._send_fetch(s.leader_id, s.epoch, now)
+            if self._can_send(FetchSnapshotRequest, sf.source):
+                self._send(sf.source, FetchSnapshotRequest(self.cluster_id, self.node_id,
+                                                           self.config.snapshot_chunk_max_bytes, s.epoch,
+                                                           sf.snapshot_id, sf.position), now)
+            return
+        target = self._read_replica if self._read_replica != NO_ID else s.leader_id
+        # one Fetch at a time, wherever it went: two answers could not both apply to our log
+        if self._can_send(FetchRequest, target) and not self._fetch_in_flight():
+            self._send_fetch(target, s.epoch, now)
+
+    def _fetch_in_flight(self) -> bool:
+        return any(kind is FetchRequest for kind, _ in self._inflight_key)
 
     def _become_unattached_observer(self, now: int) -> None:
         # an observer drops a silent leader and looks for the current one (same epoch)
@@ -586,14 +646,17 @@ class RaftCore:
         others = sorted(self.voters)
         target = others[self.rng.randrange(0, len(others))]
         if all(self._can_send(FetchRequest, v) for v in others):
-            self._send_fetch(target, self.epoch, now)
+            # max wait 0: a follower may serve observers (KIP-392) and must not park a fetch
+            # whose only purpose is to learn who leads
+            self._send_fetch(target, self.epoch, now, max_wait_ms=0)
 
-    def _send_fetch(self, destination: int, epoch: int, now: int) -> None:
+    def _send_fetch(self, destination: int, epoch: int, now: int, *, max_wait_ms: int | None = None) -> None:
         end = self.log.end_offset()
         last_epoch = self.log.last_fetched_epoch()
-        self._send(destination, FetchRequest(self.cluster_id, self.node_id, self.config.fetch_max_wait_ms,
+        wait_ms = self.config.fetch_max_wait_ms if max_wait_ms is None else max_wait_ms
+        self._send(destination, FetchRequest(self.cluster_id, self.node_id, wait_ms,
                                              self.config.fetch_max_bytes, epoch, end, last_epoch,
-                                             self.log.start_offset()), now, (end, last_epoch))
+                                             self.log.start_offset(), self.config.rack), now, (end, last_epoch))
 
     def _poll_resigned(self, s: NodeState, now: int) -> None:
         if now >= s.deadline_ms:
@@ -808,6 +871,8 @@ class RaftCore:
         if req.fetch_offset < 0 or req.last_fetched_epoch < 0 or req.last_fetched_epoch > req.current_leader_epoch:
             return self._respond(env, FetchResponse(Errors.NONE, Errors.INVALID_REQUEST, self.leader_id, self.epoch))
         error = self._leader_epoch_error(req.current_leader_epoch)
+        if error is Errors.NOT_LEADER_OR_FOLLOWER and self._serves_observer(req.replica_id):
+            return self._on_observer_fetch(env, req, now)
         if error is not Errors.NONE:
             return self._respond(env, FetchResponse(Errors.NONE, error, self.leader_id, self.epoch, self._hw))
         progress = self._progress_of(req.replica_id) if req.replica_id >= 0 else None
@@ -815,6 +880,7 @@ class RaftCore:
         response = self._complete_fetch(req, now)
         answer_now = (
             response.batches or response.diverging_epoch is not None or response.snapshot_id is not None
+            or response.preferred_read_replica != NO_ID
             or req.max_wait_ms == 0 or progress is None or hw_known_to_replica < self._hw
         )
         if answer_now:
@@ -828,30 +894,129 @@ class RaftCore:
         epoch, hw = self.epoch, self._hw
         start = self.log.start_offset()
         base = dict(error_code=Errors.NONE, partition_error=Errors.NONE, leader_id=self.node_id,
-                    leader_epoch=epoch, log_start_offset=start)
+                    leader_epoch=epoch, log_start_offset=start,
+                    preferred_read_replica=self._select_read_replica(req, now))
         offset, last_epoch = req.fetch_offset, req.last_fetched_epoch
-        if start > 0:
-            start_snapshot = self._snapshot_at(start)
-            if start_snapshot is None:
-                raise SafetyViolationError(f"leader {self.node_id}: log starts at {start} without a snapshot there")
-            if offset < start or (offset == start and last_epoch != start_snapshot.epoch) \
-                    or last_epoch < start_snapshot.epoch:
-                return FetchResponse(high_watermark=hw, snapshot_id=self.snapshots.latest_snapshot_id(), **base)
-        if not (offset == 0 and start == 0):
-            end_for_epoch = self.log.end_offset_for_epoch(last_epoch)
-            if end_for_epoch.epoch != last_epoch or end_for_epoch.offset < offset:
-                return FetchResponse(high_watermark=hw, diverging_epoch=end_for_epoch, **base)
+        snapshot_id = self._snapshot_redirect(offset, last_epoch)
+        if snapshot_id is not None:
+            return FetchResponse(high_watermark=hw, snapshot_id=snapshot_id, **base)
+        diverging = self._divergence(offset, last_epoch)
+        if diverging is not None:
+            return FetchResponse(high_watermark=hw, diverging_epoch=diverging, **base)
         if req.replica_id >= 0:
             progress = self._progress_of(req.replica_id)
-            progress.end_offset = offset
-            progress.last_fetch_ms = now
-            if offset >= self.log.end_offset():
-                progress.last_caught_up_ms = now
+            progress.record_fetch(offset, self.log.end_offset(), now)
+            progress.rack = req.rack
             if req.replica_id in self._leader.voters:
                 self._maybe_advance_hw(now)
             progress.last_sent_hw = self._hw
         batches = self.log.read(offset, min(req.max_bytes, self.config.fetch_max_bytes))
+        if base["preferred_read_replica"] != NO_ID:
+            # the observer moves to a replica that serves only committed records: records past
+            # the HW would put it ahead of that replica and earn it OFFSET_NOT_AVAILABLE
+            batches = _committed_prefix(batches, self._hw)
         return FetchResponse(high_watermark=self._hw, batches=batches, **base)
+
+    def _snapshot_redirect(self, offset: int, last_epoch: int) -> OffsetAndEpoch | None:
+        """The snapshot a fetcher at (offset, last_epoch) must load first, or None: it asks for
+        something before our log start, or its last epoch cannot be checked against our log."""
+        start = self.log.start_offset()
+        if start == 0:
+            return None
+        start_snapshot = self._snapshot_at(start)
+        if start_snapshot is None:
+            raise SafetyViolationError(f"node {self.node_id}: log starts at {start} without a snapshot there")
+        if offset < start or (offset == start and last_epoch != start_snapshot.epoch) \
+                or last_epoch < start_snapshot.epoch:
+            return self.snapshots.latest_snapshot_id()
+        return None
+
+    def _divergence(self, offset: int, last_epoch: int) -> OffsetAndEpoch | None:
+        """Where a fetcher's log leaves ours (DivergingEpoch), or None when its log up to
+        ``offset`` is a prefix of ours (Raft's log matching: same epoch at the same offset)."""
+        if offset == 0 and self.log.start_offset() == 0:
+            return None
+        end_for_epoch = self.log.end_offset_for_epoch(last_epoch)
+        if end_for_epoch.epoch != last_epoch or end_for_epoch.offset < offset:
+            return end_for_epoch
+        return None
+
+    def _select_read_replica(self, req: FetchRequest, now: int) -> int:
+        """KIP-392's rack-aware replica selector, for observers only: a voter in the observer's
+        rack that is in sync (caught up within ``replica_lag_time_max_ms``, Kafka's ISR rule)
+        and whose log reaches the observer's fetch offset; the one furthest ahead, then the most
+        recently caught up, then the lowest id. NO_ID (stay with the leader) when the observer
+        names no rack, the leader is in its rack, or no voter qualifies."""
+        rack = req.rack
+        if rack is None or req.replica_id < 0 or req.replica_id in self.voters or rack == self.config.rack:
+            return NO_ID
+        best, best_key = NO_ID, None
+        for voter, p in self._leader.voters.items():
+            if voter == self.node_id or p.rack != rack or p.last_caught_up_ms < 0:
+                continue
+            if now - p.last_caught_up_ms > self.config.replica_lag_time_max_ms or p.end_offset < req.fetch_offset:
+                continue
+            key = (p.end_offset, p.last_caught_up_ms, -voter)
+            if best_key is None or key > best_key:
+                best, best_key = voter, key
+        return best
+
+    # ---- serving observers from a follower (KIP-392) ----------------------------------------------
+
+    def _serves_observer(self, replica_id: int) -> bool:
+        """A follower voter answers fetches of observers (never of voters: a voter's fetch
+        position counts for the high watermark and must reach the leader)."""
+        return self._qs.role is F and not self._qs.is_observer and replica_id >= 0 and replica_id not in self.voters
+
+    def _on_observer_fetch(self, env: Envelope, req: FetchRequest, now: int) -> None:
+        response = self._observer_answer(req, expired=req.max_wait_ms == 0)
+        if response is not None:
+            return self._respond(env, response)
+        # not there yet: wait for our HW to reach the offset (or move) until max wait
+        self._observer_parked[req.replica_id] = _Parked(env, req, now + req.max_wait_ms)
+
+    def _observer_answer(self, req: FetchRequest, *, expired: bool) -> FetchResponse | None:
+        """A follower's answer to an observer, from its log up to its own high watermark only
+        (everything below it is committed; everything above may still be truncated). None while
+        there is nothing to say yet and the fetch may wait (``expired`` False)."""
+        hw = self._hw
+        base = dict(error_code=Errors.NONE, leader_id=self.leader_id, leader_epoch=self.epoch,
+                    high_watermark=hw, log_start_offset=self.log.start_offset())
+        offset, last_epoch = req.fetch_offset, req.last_fetched_epoch
+        snapshot_id = self._snapshot_redirect(offset, last_epoch)
+        if snapshot_id is not None:
+            return FetchResponse(partition_error=Errors.NONE, snapshot_id=snapshot_id, **base)
+        if offset > hw:
+            # the observer is ahead of what we know to be committed (we lag the leader, or its
+            # tail is uncommitted): wait, then tell it to retry or go back to the leader
+            return FetchResponse(partition_error=Errors.OFFSET_NOT_AVAILABLE, **base) if expired else None
+        diverging = self._divergence(offset, last_epoch)
+        if diverging is not None:
+            # never name an end past our HW: the observer would keep records we may truncate
+            return FetchResponse(partition_error=Errors.NONE,
+                                 diverging_epoch=OffsetAndEpoch(min(diverging.offset, hw), diverging.epoch), **base)
+        batches = _committed_prefix(self.log.read(offset, min(req.max_bytes, self.config.fetch_max_bytes)), hw)
+        if not batches and not expired and self._observer_sent_hw.get(req.replica_id, -1) >= hw:
+            return None
+        self._observer_sent_hw[req.replica_id] = hw
+        if batches:
+            self.observer_fetches_served += 1
+        return FetchResponse(partition_error=Errors.NONE, batches=batches, **base)
+
+    def _answer_parked_observer_fetches(self, now: int) -> None:
+        for replica_id, parked in list(self._observer_parked.items()):
+            response = self._observer_answer(parked.request, expired=now >= parked.deadline_ms)
+            if response is not None:
+                del self._observer_parked[replica_id]
+                self._respond(parked.envelope, response)
+
+    def _release_observer_fetches(self) -> None:
+        """Our state changed: the observers we parked must go back to the leader."""
+        for parked in self._observer_parked.values():
+            self._respond(parked.envelope, FetchResponse(Errors.NONE, Errors.NOT_LEADER_OR_FOLLOWER,
+                                                         self.leader_id, self.epoch, self._hw))
+        self._observer_parked.clear()
+        self._observer_sent_hw.clear()
 
     def _on_fetch_snapshot(self, env: Envelope, req: FetchSnapshotRequest, now: int) -> None:
         def reply(partition_error: Errors, error: Errors = Errors.NONE, **kw) -> None:
@@ -860,6 +1025,8 @@ class RaftCore:
         if not self._cluster_ok(req.cluster_id):
             return reply(Errors.NONE, Errors.INCONSISTENT_CLUSTER_ID)
         error = self._leader_epoch_error(req.current_leader_epoch)
+        if error is Errors.NOT_LEADER_OR_FOLLOWER and self._serves_observer(req.replica_id):
+            error = Errors.NONE  # KIP-392: our snapshots are committed state, as the leader's are
         if error is not Errors.NONE:
             return reply(error)
         size = self.snapshots.size(req.snapshot_id)
@@ -867,7 +1034,7 @@ class RaftCore:
             return reply(Errors.SNAPSHOT_NOT_FOUND)
         if not 0 <= req.position <= size:
             return reply(Errors.POSITION_OUT_OF_RANGE)
-        if req.replica_id >= 0:
+        if req.replica_id >= 0 and self._leader is not None:
             self._progress_of(req.replica_id).last_fetch_ms = now  # alive, counts for the progress check
         chunk = self.snapshots.read_chunk(req.snapshot_id, req.position,
                                           min(req.max_bytes, self.config.snapshot_chunk_max_bytes))
@@ -905,27 +1072,41 @@ class RaftCore:
         self._end_quorum_pending.discard(env.source)
 
     def _on_fetch_response(self, env: Envelope, resp: FetchResponse, pending: _Pending, now: int) -> None:
+        current_replica = self._read_replica != NO_ID and env.source == self._read_replica
         if resp.error_code is not Errors.NONE:
             self._fetch_backoff_until_ms = now + self.config.retry_backoff_ms
+            if current_replica:
+                self._drop_read_replica(failed=True)
             return
         if self._observe(resp.leader_epoch, resp.leader_id, now):
             return
         s = self._qs.current
-        if s.role is not F or s.serial != pending.serial or env.source != s.leader_id:
+        if s.role is not F or s.serial != pending.serial:
             self._fetch_backoff_until_ms = now + self.config.retry_backoff_ms
             return
+        # in this state we fetched only from the leader or from a read replica (observers); an
+        # answer of a replica we have left since is still a valid, committed-only answer
+        via_replica = env.source != s.leader_id
         if resp.partition_error is not Errors.NONE:
             self._fetch_backoff_until_ms = now + self.config.retry_backoff_ms
+            if current_replica:
+                self._read_replica_error(resp.partition_error)
             return
         s.fetched_ok = True
         s.deadline_ms = now + self.config.fetch_timeout_ms
+        if via_replica:
+            if current_replica:
+                self._read_replica_failures = 0
+        elif self._qs.is_observer and self._adopt_read_replica(resp.preferred_read_replica, s, now) \
+                and resp.snapshot_id is not None:
+            return  # load the replica's own snapshot: the leader's may not be there
         sent_end, sent_epoch = pending.extra
         if sent_end != self.log.end_offset() or sent_epoch != self.log.last_fetched_epoch():
             return  # our log moved since the request (truncation, snapshot): ask again
         if resp.diverging_epoch is not None:
             self._truncate_to_diverging(resp.diverging_epoch)
         elif resp.snapshot_id is not None:
-            self._snapshot_fetch = _SnapshotFetch(resp.snapshot_id)
+            self._snapshot_fetch = _SnapshotFetch(resp.snapshot_id, env.source)
         else:
             batches = resp.batches
             if batches:
@@ -937,6 +1118,44 @@ class RaftCore:
             # Only a validated answer proves our log is a prefix of the leader's, so only then
             # may the leader's high watermark mark our records committed.
             self._follower_high_watermark(resp.high_watermark)
+
+    # ---- reading from a replica (observer side of KIP-392) -------------------------------------------
+
+    def _adopt_read_replica(self, replica_id: int, s: NodeState, now: int) -> bool:
+        """Follow the leader's PreferredReadReplica until the refresh time; True if adopted."""
+        if replica_id not in self.voters or replica_id in (s.leader_id, self.node_id):
+            return False
+        self._read_replica = replica_id
+        self._read_replica_until_ms = now + self.config.preferred_replica_refresh_ms
+        self._read_replica_failures = 0
+        return True
+
+    def _read_replica_error(self, error: Errors) -> None:
+        # The replica lags (our offset is past its HW) or has not learned the epoch yet: both
+        # pass, so retry there a few times. Anything else (it stopped following, a newer epoch,
+        # an offset it cannot serve) sends us back to the leader, which knows better.
+        if error in (Errors.OFFSET_NOT_AVAILABLE, Errors.UNKNOWN_LEADER_EPOCH):
+            self._read_replica_failures += 1
+            if self._read_replica_failures < self.config.preferred_replica_max_failures:
+                return
+        self._drop_read_replica(failed=True)
+
+    def _read_replica_timed_out(self, pending: _Pending) -> None:
+        """A request to our read replica (or to the replica a snapshot comes from) expired."""
+        sf = self._snapshot_fetch
+        if pending.kind is FetchSnapshotRequest and sf is not None and sf.source == pending.destination \
+                and sf.source != self._qs.current.leader_id:
+            self.snapshots.abort(sf.snapshot_id)
+            self._snapshot_fetch = None
+            self._drop_read_replica(failed=True)
+        elif pending.kind is FetchRequest and pending.destination == self._read_replica != NO_ID:
+            self._drop_read_replica(failed=True)
+
+    def _drop_read_replica(self, *, failed: bool) -> None:
+        if self._read_replica != NO_ID and failed:
+            self.read_replica_fallbacks += 1
+        self._read_replica = NO_ID
+        self._read_replica_failures = 0
 
     def _follower_high_watermark(self, leader_hw: int) -> None:
         hw = min(leader_hw, self.log.end_offset())
@@ -968,14 +1187,20 @@ class RaftCore:
         if self._observe(resp.leader_epoch, resp.leader_id, now):
             return
         s, sf = self._qs.current, self._snapshot_fetch
-        if s.role is not F or s.serial != pending.serial or sf is None:
-            return
-        if resp.partition_error in (Errors.SNAPSHOT_NOT_FOUND, Errors.POSITION_OUT_OF_RANGE):
-            self.snapshots.abort(sf.snapshot_id)
-            self._snapshot_fetch = None  # fetch again: the leader names its current snapshot
+        if s.role is not F or s.serial != pending.serial or sf is None or env.source != sf.source:
             return
         if resp.partition_error is not Errors.NONE:
-            self._fetch_backoff_until_ms = now + self.config.retry_backoff_ms
+            from_replica = sf.source != s.leader_id
+            ask_again = resp.partition_error in (Errors.SNAPSHOT_NOT_FOUND, Errors.POSITION_OUT_OF_RANGE)
+            if ask_again or from_replica:
+                # fetch again: the source names its current snapshot; a replica that refuses for
+                # another reason (it stopped following) is left for the leader
+                self.snapshots.abort(sf.snapshot_id)
+                self._snapshot_fetch = None
+                if not ask_again:
+                    self._drop_read_replica(failed=True)
+            else:
+                self._fetch_backoff_until_ms = now + self.config.retry_backoff_ms
             return
         s.fetched_ok = True
         s.deadline_ms = now + self.config.fetch_timeout_ms
@@ -1033,3 +1258,12 @@ _RESPONSE_OF = {
 def _with_voter(request: VoteRequest, voter_id: int) -> VoteRequest:
     return VoteRequest(request.cluster_id, voter_id, request.replica_epoch, request.replica_id,
                        request.last_offset_epoch, request.last_offset, request.pre_vote)
+
+
+def _committed_prefix(batches: tuple, hw: int) -> tuple:
+    """The leading batches that end at or below ``hw`` (a batch is never cut: raft moves whole
+    batches, and the HW sits on batch ends)."""
+    n = 0
+    while n < len(batches) and batches[n].next_offset <= hw:
+        n += 1
+    return batches if n == len(batches) else batches[:n]

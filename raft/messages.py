@@ -109,7 +109,11 @@ class FetchRequest:
     """Fetch v13+ for one partition. cluster_id -> ClusterId, replica_id -> ReplicaId
     (ReplicaState.ReplicaId in v15+), max_wait_ms -> MaxWaitMs, max_bytes -> MaxBytes and
     PartitionMaxBytes, current_leader_epoch -> CurrentLeaderEpoch, fetch_offset -> FetchOffset,
-    last_fetched_epoch -> LastFetchedEpoch, log_start_offset -> LogStartOffset."""
+    last_fetched_epoch -> LastFetchedEpoch, log_start_offset -> LogStartOffset, rack -> RackId
+    (v11+; None on our side is the empty string on the wire).
+
+    Every node sends its rack: the leader learns the voters' racks from their fetches and
+    picks a voter in an observer's rack to serve that observer (KIP-392)."""
 
     cluster_id: str | None
     replica_id: int
@@ -119,6 +123,7 @@ class FetchRequest:
     fetch_offset: int
     last_fetched_epoch: int
     log_start_offset: int
+    rack: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +132,11 @@ class FetchResponse:
     high_watermark -> HighWatermark (-1 when the leader has none yet), log_start_offset ->
     LogStartOffset, diverging_epoch -> DivergingEpoch{Epoch, EndOffset}, leader_id/leader_epoch
     -> CurrentLeader{LeaderId, LeaderEpoch}, snapshot_id -> SnapshotId{EndOffset, Epoch},
-    batches -> Records (one record batch v2 per batch)."""
+    batches -> Records (one record batch v2 per batch), preferred_read_replica ->
+    PreferredReadReplica (v11+; NO_ID = keep fetching from the leader).
+
+    A follower answering an observer (KIP-392) names its own leader and epoch in
+    leader_id/leader_epoch and its own high watermark; its batches end at that watermark."""
 
     error_code: Errors
     partition_error: Errors
@@ -138,6 +147,7 @@ class FetchResponse:
     diverging_epoch: OffsetAndEpoch | None = None
     snapshot_id: OffsetAndEpoch | None = None
     batches: tuple[LogBatch, ...] = ()
+    preferred_read_replica: int = NO_ID
 
 
 # --- FetchSnapshot (59) -----------------------------------------------------------------

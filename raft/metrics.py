@@ -4,6 +4,11 @@ Names follow Kafka's raft-metrics group: current-leader, current-epoch, current-
 log-end-offset, log-end-epoch, high-watermark, current-state, election-latency-avg/max,
 commit-latency-avg/max, fetch-records-rate, append-records-rate, poll-idle-ratio-avg.
 Rates are per second over the last ``window_ms``; averages are over the same window.
+
+Ours beyond Kafka's table (KIP-392 on the metadata log): fetch-source-id (the node this
+follower or observer fetches from: the leader, or the voter in its rack the leader named; -1
+when it fetches from no one), observer-fetches-served (answers with records a follower sent to
+observers), read-replica-fallbacks (times an observer left its read replica on an error).
 """
 
 from __future__ import annotations
@@ -76,4 +81,7 @@ class RaftMetrics:
             "fetch-records-rate": self.fetch_records.rate_per_s(now_ms),
             "append-records-rate": self.append_records.rate_per_s(now_ms),
             "poll-idle-ratio-avg": self.poll_idle_ratio.avg(now_ms),
+            "fetch-source-id": core.fetch_source_id,
+            "observer-fetches-served": core.observer_fetches_served,
+            "read-replica-fallbacks": core.read_replica_fallbacks,
         }

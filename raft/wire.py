@@ -394,7 +394,8 @@ def request_to_kio(body):
             cluster_id=body.cluster_id, replica_state=kfetch_req.ReplicaState(replica_id=i32(body.replica_id)),
             max_wait=datetime.timedelta(milliseconds=body.max_wait_ms), min_bytes=i32(0),
             max_bytes=i32(body.max_bytes),
-            topics=(kfetch_req.FetchTopic(topic_id=METADATA_TOPIC_ID, partitions=(p,)),), forgotten_topics_data=())
+            topics=(kfetch_req.FetchTopic(topic_id=METADATA_TOPIC_ID, partitions=(p,)),), forgotten_topics_data=(),
+            rack_id=body.rack or "")  # RackId is a non-null string: "" means no rack
     if t is BeginQuorumEpochRequest:
         p = kbegin_req.PartitionData(partition_index=i32(0), voter_directory_id=None,
                                      leader_id=i32(body.leader_id), leader_epoch=i32(body.leader_epoch))
@@ -444,7 +445,8 @@ def _request_from_kio(msg) -> tuple[int, object]:
         _, p = _one_partition(msg.topics, "Fetch")
         rid = msg.replica_state.replica_id
         return rid, FetchRequest(msg.cluster_id, rid, _ms(msg.max_wait), min(msg.max_bytes, p.partition_max_bytes),
-                                 p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch, p.log_start_offset)
+                                 p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch, p.log_start_offset,
+                                 msg.rack_id or None)
     if isinstance(msg, kbegin_req.BeginQuorumEpochRequest):
         _, p = _one_partition(msg.topics, "BeginQuorumEpoch")
         return p.leader_id, BeginQuorumEpochRequest(msg.cluster_id, msg.voter_id, p.leader_id, p.leader_epoch)
@@ -481,7 +483,8 @@ def response_to_kio(body):
                                                         leader_epoch=i32(body.leader_epoch)),
             snapshot_id=(kfetch_resp.SnapshotId() if snap is None else
                          kfetch_resp.SnapshotId(end_offset=i64(snap.offset), epoch=i32(snap.epoch))),
-            aborted_transactions=None, records=Records(encode_batches(body.batches)) if body.batches else None)
+            aborted_transactions=None, preferred_read_replica=i32(body.preferred_read_replica),
+            records=Records(encode_batches(body.batches)) if body.batches else None)
         return kfetch_resp.FetchResponse(
             throttle_time=datetime.timedelta(0), error_code=_code(body.error_code),
             responses=(kfetch_resp.FetchableTopicResponse(topic_id=METADATA_TOPIC_ID, partitions=(p,)),))
@@ -556,7 +559,7 @@ def _response_from_kio(msg, request=None):
             p.high_watermark, p.log_start_offset,
             None if div.epoch < 0 or div.end_offset < 0 else OffsetAndEpoch(div.end_offset, div.epoch),
             None if snap.epoch < 0 or snap.end_offset < 0 else OffsetAndEpoch(snap.end_offset, snap.epoch),
-            batches)
+            batches, p.preferred_read_replica)
     if isinstance(msg, kvote_resp.VoteResponse):
         _, p = _one_partition(msg.topics, "Vote response")
         pre_vote = bool(request is not None and request.pre_vote)

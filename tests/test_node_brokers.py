@@ -58,7 +58,7 @@ class BrokerCluster(NodeCluster):
         super().__init__(directory, 3, observers=BROKERS)
 
     def command(self, i: int, listen_fd: int) -> list[str]:
-        roles = ["--process-roles", "broker", "--rack", RACKS[i]] if i in BROKERS else []
+        roles = ["--process-roles", "broker", "--rack", RACKS[i]] if i in BROKERS else ["--rack", RACKS[100 + i]]
         if i in (1, 101):
             roles += ["--metrics-port", "0"]
         return [sys.executable, "-m", "kraftlog.engine.server.cli", "node", "run", "--node-id", str(i),
@@ -191,6 +191,11 @@ def test_brokers_pull_metadata_restart_from_snapshots_and_get_fenced(cluster):
             assert broker_metrics["kraftlog_image_offset"] > 1000
             assert broker_metrics['kraftlog_requests_total{api="Metadata"}'] >= 3
             assert broker_metrics["kraftlog_raft_high_watermark"] >= broker_metrics["kraftlog_image_offset"]
+            # KIP-392: broker 101 (rack-a) reads the metadata log from controller 1, the voter of its rack
+            # (the leader when 1 leads, else the follower the leader names as its preferred replica)
+            async def fetches_from_own_rack():
+                return (await _scrape(cluster, 101))["kraftlog_raft_fetch_source_id"] == 1.0
+            await _until(fetches_from_own_rack, 15, "broker 101 fetching from controller 1 (rack-a)")
             controller_metrics = await _scrape(cluster, 1)
             assert controller_metrics["kraftlog_broker_state"] == -1.0  # no broker role
             assert controller_metrics["kraftlog_raft_current_leader"] in (1.0, 2.0, 3.0)

@@ -1,7 +1,9 @@
 """Proves single-node behaviours of the raft core as small scripts with expected outcomes:
 vote and pre-vote rules, persistence before sending, fetch validation (DivergingEpoch,
 snapshot redirection, fenced/unknown epochs, cluster id), the high-watermark rule, the
-stale-HW immediate answer, long-poll parking, EndQuorumEpoch, DescribeQuorum and metrics.
+stale-HW immediate answer, long-poll parking, EndQuorumEpoch, DescribeQuorum and metrics, and
+KIP-392 for observers (the leader's rack-aware choice, a follower serving an observer up to its
+own high watermark with KIP-392's errors, and the observer's retry, fallback and refresh).
 
 Each test drives one RaftCore with in-memory storage (tests/raft_sim/storage.py) by handing it
 envelopes and reading the Ready it returns; peers are played by the test.
@@ -39,7 +41,8 @@ CLUSTER = "test-cluster"
 class Harness:
     """One core plus its storage; ``ready()`` polls and applies the Ready like a driver."""
 
-    def __init__(self, node_id=1, voters=(1, 2, 3), log: MemLog | None = None, stored: ElectionState | None = None):
+    def __init__(self, node_id=1, voters=(1, 2, 3), log: MemLog | None = None, stored: ElectionState | None = None,
+                 config: RaftConfig = CONFIG):
         self.clock = FakeClock(1000)
         self.log = log or MemLog()
         self.quorum = MemQuorumStore()
@@ -48,7 +51,7 @@ class Harness:
         self.snapshots = MemSnapshotStore()
         self.core = RaftCore(node_id=node_id, voters=voters, cluster_id=CLUSTER, clock=self.clock,
                              rng=random.Random(1), log=self.log, quorum_store=self.quorum,
-                             snapshots=self.snapshots, config=CONFIG)
+                             snapshots=self.snapshots, config=config)
         self.corr = 0
 
     def ready(self):
@@ -192,9 +195,10 @@ def test_a_single_voter_elects_itself_in_one_poll_and_commits():
 # ---- fetch --------------------------------------------------------------------------------------
 
 
-def leader_with_log() -> Harness:
+def leader_with_log(config: RaftConfig = CONFIG) -> Harness:
     """Node 1 leads epoch 3 over a log [epoch 1 x3, epoch 2 x2] + its LeaderChange at 5."""
-    h = Harness(log=log_with((1, 3), (2, 2)), stored=ElectionState(2, NO_ID, NO_ID, frozenset({1, 2, 3})))
+    h = Harness(log=log_with((1, 3), (2, 2)), stored=ElectionState(2, NO_ID, NO_ID, frozenset({1, 2, 3})),
+                config=config)
     h.ready()
     make_leader(h)
     h.ready()
@@ -202,8 +206,8 @@ def leader_with_log() -> Harness:
     return h
 
 
-def fetch(offset, last_epoch, epoch=3, replica=2, max_wait_ms=40, cluster=CLUSTER):
-    return FetchRequest(cluster, replica, max_wait_ms, 1 << 20, epoch, offset, last_epoch, 0)
+def fetch(offset, last_epoch, epoch=3, replica=2, max_wait_ms=40, cluster=CLUSTER, rack=None):
+    return FetchRequest(cluster, replica, max_wait_ms, 1 << 20, epoch, offset, last_epoch, 0, rack)
 
 
 def test_fetch_with_a_diverged_epoch_gets_the_diverging_epoch():
@@ -278,7 +282,8 @@ def test_fetch_epoch_and_cluster_checks():
         is Errors.INCONSISTENT_CLUSTER_ID
     follower = Harness(node_id=2, stored=ElectionState(3, 1, NO_ID, frozenset({1, 2, 3})))
     follower.ready()
-    resp = only(follower.request(5, fetch(0, 0, replica=5)).messages, FetchResponse).body
+    # a voter fetching from a follower is refused (observers may be served: KIP-392, below)
+    resp = only(follower.request(3, fetch(0, 0, replica=3)).messages, FetchResponse).body
     assert resp.partition_error is Errors.NOT_LEADER_OR_FOLLOWER and resp.leader_id == 1
 
 
@@ -371,3 +376,243 @@ def test_follower_appends_fetched_batches_and_learns_the_high_watermark():
     assert r.flush_log and h.log.end_offset() == 3 and h.core.high_watermark == 2
     assert [d.batch.records for d in r.deliveries if isinstance(d, Commit)] == [(b"a", b"b")]
     assert only(r.messages, FetchRequest).body.fetch_offset == 3
+
+
+# ---- KIP-392: observers reading from a follower in their rack -------------------------------------
+
+RACKED = RaftConfig(election_timeout_ms=100, election_backoff_max_ms=50, fetch_timeout_ms=200,
+                    request_timeout_ms=50, retry_backoff_ms=10, fetch_max_wait_ms=40, replica_lag_time_max_ms=100,
+                    preferred_replica_refresh_ms=150, preferred_replica_max_failures=3)
+
+
+def racked(rack, **kw) -> RaftConfig:
+    import dataclasses
+
+    return dataclasses.replace(RACKED, rack=rack, **kw)
+
+
+def test_the_leader_names_a_caught_up_voter_in_the_observers_rack_and_sends_only_committed_records():
+    """Rack-aware selection: an observer in rack b is sent to voter 2 (rack b, caught up), with
+    the records cut at the HW; an observer of another rack, of the leader's rack or without a
+    rack stays with the leader (and gets the uncommitted tail as before), and a voter never gets
+    a preferred replica."""
+    h = leader_with_log(racked("a"))
+    h.request(2, fetch(6, 3, rack="b"))  # voter 2 (rack b) is caught up; HW 6
+    h.request(3, fetch(5, 2, replica=3, rack="b"))
+    h.core.append([b"uncommitted"])
+    h.ready()
+    assert h.core.high_watermark == 6 and h.log.end_offset() == 7
+    resp = only(h.request(7, fetch(0, 0, replica=7, rack="b")).messages, FetchResponse).body
+    assert resp.preferred_read_replica == 2
+    assert resp.batches and resp.batches[-1].next_offset == 6  # nothing past the HW
+    for replica, rack in ((8, "c"), (9, "a"), (10, None)):
+        other = only(h.request(replica, fetch(0, 0, replica=replica, rack=rack)).messages, FetchResponse).body
+        assert other.preferred_read_replica == NO_ID and other.batches[-1].next_offset == 7
+    voter = only(h.request(3, fetch(5, 2, replica=3, rack="b")).messages, FetchResponse).body
+    assert voter.preferred_read_replica == NO_ID
+
+
+def test_a_voter_that_stopped_catching_up_is_not_chosen():
+    """In sync = caught up (Kafka's rule: at the leader's end, or at the end the leader had at
+    its previous fetch) within replica_lag_time_max_ms; a voter stuck behind loses the role."""
+    h = leader_with_log(racked("a"))
+    t0 = h.clock.now_ms
+    h.request(2, fetch(6, 3, rack="b"))  # at the leader's end: caught up now
+    h.core.append([b"x"])
+    h.ready()
+    h.request(3, fetch(7, 3, replica=3))  # the HW follows voter 3 from now on
+    h.clock.now_ms += 60
+    h.request(2, fetch(6, 3, rack="b"))  # reached the end the leader had at its last fetch
+    assert h.core.describe_quorum().voters[1].last_caught_up_ms == t0  # caught up as of that fetch
+    assert only(h.request(7, fetch(0, 0, replica=7, rack="b")).messages, FetchResponse).body \
+        .preferred_read_replica == 2
+    h.clock.now_ms += 60
+    h.request(3, fetch(7, 3, replica=3))
+    h.request(2, fetch(6, 3, rack="b"))  # behind the end (7) it saw last time: not caught up
+    h.clock.now_ms += 60
+    h.request(3, fetch(7, 3, replica=3))
+    assert only(h.request(7, fetch(0, 0, replica=7, rack="b")).messages, FetchResponse).body \
+        .preferred_read_replica == NO_ID
+
+
+def follower_with_hw(leader_hw=3, config=RACKED) -> Harness:
+    """Node 2 follows leader 1 in epoch 3 with log [0,2) epoch 1, [2,3) and [3,4) epoch 3, and has
+    learned HW ``leader_hw`` from a validated Fetch answer."""
+    h = Harness(node_id=2, stored=ElectionState(3, 1, NO_ID, frozenset({1, 2, 3})), config=config)
+    req = only(h.ready().messages, FetchRequest)
+    batches = (LogBatch(0, 1, (b"a", b"b")), LogBatch(2, 3, (b"c",)), LogBatch(3, 3, (b"d",)))
+    h.core.step(Envelope(1, 2, req.correlation_id, FetchResponse(Errors.NONE, Errors.NONE, 1, 3,
+                                                                 high_watermark=leader_hw, batches=batches)))
+    h.ready()
+    assert h.core.high_watermark == leader_hw
+    return h
+
+
+def leader_answer(h: Harness, **kw):
+    """Answer the follower's outstanding Fetch as leader 1 of epoch 3."""
+    req = [e for e in h.core._outbox if isinstance(e.body, FetchRequest)]
+    inflight = [c for c, p in h.core._inflight.items() if p.kind is FetchRequest and p.destination == 1]
+    assert not req and len(inflight) == 1
+    h.core.step(Envelope(1, 2, inflight[0], FetchResponse(Errors.NONE, Errors.NONE, 1, 3, **kw)))
+    return h.ready()
+
+
+def test_a_follower_serves_an_observer_only_up_to_its_own_high_watermark():
+    """Records past the follower's HW (offset 3) never reach the observer; the answer carries the
+    follower's HW and names the leader and epoch it follows."""
+    h = follower_with_hw(3)
+    resp = only(h.request(7, fetch(0, 0, replica=7)).messages, FetchResponse).body
+    assert (resp.partition_error, resp.leader_id, resp.leader_epoch, resp.high_watermark) == (Errors.NONE, 1, 3, 3)
+    assert [(b.base_offset, b.next_offset) for b in resp.batches] == [(0, 2), (2, 3)]
+    assert h.core.observer_fetches_served == 1
+    # a caught-up observer that already knows HW 3 waits; the HW moving answers it
+    assert not [m for m in h.request(7, fetch(3, 3, replica=7)).messages if isinstance(m.body, FetchResponse)]
+    r = leader_answer(h, high_watermark=4)
+    resp = only(r.messages, FetchResponse).body
+    assert resp.high_watermark == 4 and [b.base_offset for b in resp.batches] == [3]
+
+
+def test_an_observer_ahead_of_the_followers_high_watermark_waits_then_gets_offset_not_available():
+    h = follower_with_hw(3)
+    r = h.request(7, fetch(4, 3, replica=7))
+    assert not [m for m in r.messages if isinstance(m.body, FetchResponse)]  # parked: the HW may catch up
+    r = h.advance(41)
+    resp = only(r.messages, FetchResponse).body
+    assert resp.partition_error is Errors.OFFSET_NOT_AVAILABLE and resp.high_watermark == 3 and not resp.batches
+    # the same wait ends early once the follower's HW reaches the offset
+    h.request(7, fetch(4, 3, replica=7))
+    resp = only(leader_answer(h, high_watermark=4).messages, FetchResponse).body
+    assert resp.partition_error is Errors.NONE and resp.high_watermark == 4
+
+
+def test_a_follower_checks_an_observers_leader_epoch_and_refuses_voters():
+    h = follower_with_hw(3)
+    newer = only(h.request(7, fetch(0, 0, epoch=4, replica=7)).messages, FetchResponse).body
+    older = only(h.request(7, fetch(0, 0, epoch=2, replica=7)).messages, FetchResponse).body
+    voter = only(h.request(3, fetch(0, 0, replica=3)).messages, FetchResponse).body
+    assert newer.partition_error is Errors.UNKNOWN_LEADER_EPOCH
+    assert older.partition_error is Errors.FENCED_LEADER_EPOCH and older.leader_epoch == 3
+    assert voter.partition_error is Errors.NOT_LEADER_OR_FOLLOWER and voter.leader_id == 1
+
+
+def test_a_followers_diverging_epoch_never_reaches_past_its_high_watermark():
+    """Divergence is checked against the follower's log as the leader would, but the answer
+    never reaches past the follower's HW: there the log may still be truncated."""
+    h = follower_with_hw(3)
+    # the observer holds epoch 2 at offset 2, the follower epoch 3: epochs <= 2 end at 2 here
+    resp = only(h.request(7, fetch(3, 2, replica=7)).messages, FetchResponse).body
+    assert resp.diverging_epoch == OffsetAndEpoch(2, 1) and not resp.batches
+    log = log_with((1, 2), (3, 4))  # epoch 3 covers [2, 6) here; the HW will be 3
+    h3 = Harness(node_id=2, log=log, stored=ElectionState(4, 1, NO_ID, frozenset({1, 2, 3})), config=RACKED)
+    req = only(h3.ready().messages, FetchRequest)
+    h3.core.step(Envelope(1, 2, req.correlation_id, FetchResponse(Errors.NONE, Errors.NONE, 1, 4, high_watermark=3)))
+    h3.ready()
+    assert h3.core.high_watermark == 3
+    resp = only(h3.request(7, fetch(3, 4, epoch=4, replica=7)).messages, FetchResponse).body
+    assert resp.diverging_epoch == OffsetAndEpoch(3, 3)  # epoch 3 runs to 6 in the log, to 3 committed
+
+
+def test_a_follower_sends_an_observer_behind_its_log_start_to_its_snapshot_and_serves_it():
+    from kraftlog.raft.messages import FetchSnapshotResponse
+
+    h = follower_with_hw(3)
+    sid = h.core.create_snapshot(3, b"state-at-3")
+    h.ready()
+    resp = only(h.request(7, fetch(0, 0, replica=7)).messages, FetchResponse).body
+    assert resp.snapshot_id == sid == OffsetAndEpoch(3, 3)
+    chunk = only(h.request(7, FetchSnapshotRequest(CLUSTER, 7, 4, 3, sid, 4)).messages, FetchSnapshotResponse).body
+    assert (chunk.partition_error, chunk.size, chunk.data) == (Errors.NONE, 10, b"e-at")
+    voter = only(h.request(3, FetchSnapshotRequest(CLUSTER, 3, 4, 3, sid, 0)).messages, FetchSnapshotResponse).body
+    assert voter.partition_error is Errors.NOT_LEADER_OR_FOLLOWER
+
+
+def test_a_followers_waiting_observer_fetches_are_released_when_it_stops_following():
+    h = follower_with_hw(3)
+    h.request(7, fetch(4, 3, replica=7))
+    r = h.request(3, BeginQuorumEpochRequest(CLUSTER, 2, 3, 4))
+    resp = only(r.messages, FetchResponse).body
+    assert resp.partition_error is Errors.NOT_LEADER_OR_FOLLOWER and (resp.leader_id, resp.leader_epoch) == (3, 4)
+
+
+def observer(rack="b", **kw) -> Harness:
+    """Observer 7 following leader 1 in epoch 3."""
+    return Harness(node_id=7, stored=ElectionState(3, 1, NO_ID, frozenset({1, 2, 3})), config=racked(rack, **kw))
+
+
+def answer(h: Harness, request: Envelope, **kw):
+    h.core.step(Envelope(request.destination, 7, request.correlation_id, FetchResponse(**kw)))
+    return h.ready()
+
+
+def ok(leader=1, epoch=3, **kw):
+    return dict(error_code=Errors.NONE, partition_error=kw.pop("partition_error", Errors.NONE), leader_id=leader,
+                leader_epoch=epoch, **kw)
+
+
+def test_an_observer_moves_to_the_preferred_replica_and_reads_committed_records_there():
+    h = observer()
+    first = only(h.ready().messages, FetchRequest)
+    assert first.destination == 1 and first.body.rack == "b"
+    r = answer(h, first, **ok(high_watermark=2, batches=(LogBatch(0, 1, (b"a", b"b")),), preferred_read_replica=2))
+    delivered = [d.batch.records for d in r.deliveries if isinstance(d, Commit)]
+    nxt = only(r.messages, FetchRequest)
+    assert nxt.destination == 2 and nxt.body.current_leader_epoch == 3 and nxt.body.fetch_offset == 2
+    assert h.core.fetch_source_id == 2 and h.core.metrics_snapshot()["fetch-source-id"] == 2
+    r = answer(h, nxt, **ok(high_watermark=3, batches=(LogBatch(2, 3, (b"c",)),)))
+    assert h.core.high_watermark == 3
+    delivered += [d.batch.records for d in r.deliveries if isinstance(d, Commit)]
+    assert delivered == [(b"a", b"b"), (b"c",)]
+    assert only(r.messages, FetchRequest).destination == 2
+
+
+def test_an_observer_retries_a_lagging_replica_then_returns_to_the_leader():
+    """OFFSET_NOT_AVAILABLE (the replica's HW is behind us) is retried after the backoff, up to
+    preferred_replica_max_failures answers in a row; then the observer asks the leader."""
+    h = observer()
+    r = answer(h, only(h.ready().messages, FetchRequest), **ok(high_watermark=0, preferred_read_replica=2))
+    req = only(r.messages, FetchRequest)
+    for attempt in range(3):
+        assert req.destination == 2, attempt
+        r = answer(h, req, **ok(partition_error=Errors.OFFSET_NOT_AVAILABLE, high_watermark=0))
+        assert not [m for m in r.messages if isinstance(m.body, FetchRequest)]  # backoff first
+        req = only(h.advance(11).messages, FetchRequest)
+    assert req.destination == 1 and h.core.read_replica_fallbacks == 1
+
+
+def test_an_observer_leaves_its_replica_at_once_on_other_errors_and_on_timeouts():
+    h = observer()
+    r = answer(h, only(h.ready().messages, FetchRequest), **ok(high_watermark=0, preferred_read_replica=2))
+    r = answer(h, only(r.messages, FetchRequest), **ok(partition_error=Errors.NOT_LEADER_OR_FOLLOWER))
+    assert only(h.advance(11).messages, FetchRequest).destination == 1
+    h2 = observer()
+    r = answer(h2, only(h2.ready().messages, FetchRequest), **ok(high_watermark=0, preferred_read_replica=2))
+    assert only(r.messages, FetchRequest).destination == 2
+    # no answer within the request timeout: the retry goes to the leader
+    assert only(h2.advance(51).messages, FetchRequest).destination == 1
+    assert h2.core.read_replica_fallbacks == 1
+
+
+def test_an_observer_asks_the_leader_again_after_the_refresh_interval():
+    h = observer()
+    r = answer(h, only(h.ready().messages, FetchRequest), **ok(high_watermark=0, preferred_read_replica=2))
+    req = only(r.messages, FetchRequest)
+    for _ in range(4):  # 4 x 40 ms of answers from the replica: past the 150 ms refresh
+        h.clock.now_ms += 40
+        r = answer(h, req, **ok(high_watermark=0))
+        req = only(r.messages, FetchRequest)
+    assert req.destination == 1 and h.core.read_replica_fallbacks == 0
+    r = answer(h, req, **ok(high_watermark=0))  # the leader names no replica now: stay with it
+    assert only(r.messages, FetchRequest).destination == 1
+
+
+def test_an_observer_sent_to_a_snapshot_and_a_replica_loads_the_replicas_snapshot():
+    """The leader's snapshot may not exist on the replica, so the observer asks the replica,
+    which names its own; FetchSnapshot then goes to the replica."""
+    h = observer()
+    r = answer(h, only(h.ready().messages, FetchRequest),
+               **ok(high_watermark=9, log_start_offset=9, snapshot_id=OffsetAndEpoch(9, 3), preferred_read_replica=2))
+    req = only(r.messages, FetchRequest)
+    assert req.destination == 2
+    r = answer(h, req, **ok(high_watermark=6, log_start_offset=6, snapshot_id=OffsetAndEpoch(6, 2)))
+    snap = only(r.messages, FetchSnapshotRequest)
+    assert snap.destination == 2 and snap.body.snapshot_id == OffsetAndEpoch(6, 2) and snap.body.current_leader_epoch == 3

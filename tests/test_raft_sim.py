@@ -1,11 +1,14 @@
 """Proves the raft core keeps Raft's safety properties and recovers under faults, by running
 whole clusters (3 and 5 voters plus observers) in deterministic simulation over many seeds:
 drops, delays, reordering, duplication, partitions, kills with torn tails, graceful shutdowns,
-whole-cluster restarts and observer wipes; invariants are checked after every event
-(tests/raft_sim/cluster.py lists them).
+whole-cluster restarts, observer wipes and slow voters; invariants are checked after every
+event (tests/raft_sim/cluster.py lists them). Some seeds give every node a rack, so observers
+read committed records from a follower in their rack (KIP-392); a second, quick run forces
+racks and observers on every seed.
 
-KRAFTLOG_SIM_SEEDS=N runs N seeds (default 2000); KRAFTLOG_SIM_SEED=N runs that one seed
-verbosely (every event printed) so a failure can be replayed.
+KRAFTLOG_SIM_SEEDS=N runs N seeds (default 2000); KRAFTLOG_SIM_RACK_SEEDS=N the quick KIP-392
+run (default 100); KRAFTLOG_SIM_SEED=N runs that one seed verbosely (every event printed) so a
+failure can be replayed (add KRAFTLOG_SIM_RACKS=1 for a seed of the KIP-392 run).
 """
 
 from __future__ import annotations
@@ -16,17 +19,22 @@ import os
 import pytest
 from raft_sim.cluster import SimFailure, Simulation, StateMachine, run_seed
 
+from kraftlog.raft.core import RaftCore
 from kraftlog.raft.types import LogBatch
 
 SEEDS = int(os.environ.get("KRAFTLOG_SIM_SEEDS", "2000"))
+RACK_SEEDS = int(os.environ.get("KRAFTLOG_SIM_RACK_SEEDS", "100"))
+RACK_SEED_BASE = 1_000_000  # the KIP-392 run's seeds, apart from the main run's
 ONE_SEED = os.environ.get("KRAFTLOG_SIM_SEED")
 CHUNK = 250
+KIP392_PATHS = ("observer_delivered_from_follower", "observer_served_by_follower", "offset_not_available",
+                "read_replica_fallback", "snapshot_from_follower", "snapshot_redirect_from_follower", "slow_voter")
 
 
-def _run_chunk(first: int, last: int) -> collections.Counter:
+def _run_chunk(first: int, last: int, *, racks: bool = False) -> collections.Counter:
     coverage: collections.Counter = collections.Counter()
     for seed in range(first, last):
-        sim = run_seed(seed)
+        sim = run_seed(seed, racks=racks)
         coverage.update(sim.coverage)
     return coverage
 
@@ -37,7 +45,7 @@ def test_many_seeds_keep_every_invariant():
     graceful resignation, pre-vote rejection) actually happened. With KRAFTLOG_SIM_SEED=N it
     replays only that seed, printing every event."""
     if ONE_SEED is not None:
-        sim = Simulation(int(ONE_SEED), verbose=True)
+        sim = Simulation(int(ONE_SEED), verbose=True, racks=os.environ.get("KRAFTLOG_SIM_RACKS") == "1")
         try:
             sim.run()
         except SimFailure as failure:
@@ -53,8 +61,46 @@ def test_many_seeds_keep_every_invariant():
     if SEEDS >= 500:
         for what in ("leader_elected", "truncated", "snapshot_installed", "snapshot_loaded", "graceful",
                      "torn_tail", "kill_all", "wipe_observer", "partition", "asymmetric", "end_quorum", "isolate_leader",
-                     "prevote_rejected"):
+                     "prevote_rejected") + KIP392_PATHS:
             assert coverage[what] > 0, f"no seed exercised {what}: {dict(coverage)}"
+    if SEEDS >= 1000:
+        # rare: an observer holding an uncommitted tail of an old leader meets a follower
+        assert coverage["diverging_from_follower"] > 0, dict(coverage)
+
+
+def test_observers_reading_from_followers_keep_every_invariant():
+    """The quick KIP-392 run: every seed has racks and at least one observer, so observers are
+    sent to followers in their rack while followers lag (slow voter), crash, are partitioned and
+    leaders change; every record an observer's listener gets must be one a leader had already
+    committed, and every path of the protocol (served reads, OFFSET_NOT_AVAILABLE, falling back
+    to the leader, snapshots from a follower) must have run."""
+    coverage: collections.Counter = collections.Counter()
+    for first in range(RACK_SEED_BASE, RACK_SEED_BASE + RACK_SEEDS, CHUNK):
+        try:
+            coverage.update(_run_chunk(first, min(RACK_SEED_BASE + RACK_SEEDS, first + CHUNK), racks=True))
+        except SimFailure as failure:
+            pytest.fail(f"{failure} (replay with KRAFTLOG_SIM_RACKS=1)", pytrace=False)
+    if RACK_SEEDS >= 50:
+        for what in KIP392_PATHS:
+            assert coverage[what] > 0, f"no seed exercised {what}: {dict(coverage)}"
+
+
+def test_the_checker_catches_a_follower_serving_uncommitted_records(monkeypatch):
+    """The observer invariant is live: a follower that treats its whole log as committed when
+    it answers observers makes some seed fail with "no leader had committed"."""
+    original = RaftCore._observer_answer
+
+    def leaky(self, req, *, expired):
+        saved, self._hw = self._hw, self.log.end_offset()
+        try:
+            return original(self, req, expired=expired)
+        finally:
+            self._hw = saved
+
+    monkeypatch.setattr(RaftCore, "_observer_answer", leaky)
+    with pytest.raises(SimFailure, match="no leader had committed"):
+        for seed in range(RACK_SEED_BASE, RACK_SEED_BASE + 50):
+            run_seed(seed, racks=True)
 
 
 def test_a_seed_replays_identically():

@@ -51,7 +51,8 @@ oae = st.builds(OffsetAndEpoch, st.integers(0, 2**62), nonneg32)
 
 REQUESTS = st.one_of(
     st.builds(VoteRequest, cluster, i32, i32, i32, i32, i64, st.booleans()),
-    st.builds(FetchRequest, cluster, i32, st.integers(0, 2**31 // 1000 - 1), nonneg32, i32, i64, i32, i64),
+    st.builds(FetchRequest, cluster, i32, st.integers(0, 2**31 // 1000 - 1), nonneg32, i32, i64, i32, i64,
+              st.one_of(st.none(), st.text(min_size=1, max_size=12))),
     st.builds(BeginQuorumEpochRequest, cluster, i32, i32, i32),
     st.builds(EndQuorumEpochRequest, cluster, i32, i32, st.lists(nonneg32, max_size=5).map(tuple)),
     st.builds(FetchSnapshotRequest, cluster, i32, i32, i32, oae, i64),
@@ -108,24 +109,45 @@ def test_vote_response_round_trips_and_restores_pre_vote(err, perr, leader, epoc
 
 @settings(max_examples=200, deadline=None)
 @given(errors, errors, i32, i32, i64, st.integers(0, 2**62), st.one_of(st.none(), oae), st.one_of(st.none(), oae),
-       st.lists(st.lists(st.binary(max_size=40), min_size=1, max_size=5), max_size=4))
-def test_fetch_response_round_trips_with_record_batches(err, perr, leader, epoch, hw, start, div, snap, payloads):
-    """Batches become record batches v2 in Records and come back with offsets, epochs, payloads."""
+       st.lists(st.lists(st.binary(max_size=40), min_size=1, max_size=5), max_size=4), i32)
+def test_fetch_response_round_trips_with_record_batches(err, perr, leader, epoch, hw, start, div, snap, payloads,
+                                                        preferred):
+    """Batches become record batches v2 in Records and come back with offsets, epochs, payloads;
+    PreferredReadReplica (KIP-392) comes back as sent."""
     batches, offset = [], 0
     for i, recs in enumerate(payloads):
         batches.append(LogBatch(offset, i + 1, tuple(recs)))
         offset += len(recs)
-    body = FetchResponse(err, perr, leader, epoch, hw, start, div, snap, tuple(batches))
+    body = FetchResponse(err, perr, leader, epoch, hw, start, div, snap, tuple(batches), preferred)
     request = FetchRequest(None, 2, 0, 1 << 20, 1, 0, 0, 0)
     _, back = wire.decode_response_body(wire.encode_response_body(7, body)[4:], request)
     assert (back.error_code, back.partition_error, back.leader_id, back.leader_epoch, back.high_watermark,
-            back.log_start_offset, back.diverging_epoch, back.snapshot_id) == \
-        (err, perr, leader, epoch, hw, start, div, snap)
+            back.log_start_offset, back.diverging_epoch, back.snapshot_id, back.preferred_read_replica) == \
+        (err, perr, leader, epoch, hw, start, div, snap, preferred)
     assert [(b.base_offset, b.epoch, b.control, tuple(b.records)) for b in back.batches] == \
         [(b.base_offset, b.epoch, False, b.records) for b in batches]
     # what a follower stores is exactly what came: the raw bytes are kept and re-sent as they are
     for b in back.batches:
         assert wire.encode_batch(b) is b.raw
+
+
+def test_kip392_fields_sit_where_kafka_reads_them():
+    """RackId (Fetch v11+) and PreferredReadReplica (FetchResponse v11+) as kio's own readers see
+    them: no rack goes out as the empty string Kafka uses for "no rack", and a response that
+    names no replica carries -1."""
+    frame = wire.encode_request_envelope(Envelope(7, 2, 5, FetchRequest(None, 7, 0, 10, 1, 0, 0, 0, "eu-1a")), None)
+    assert wire.parse_request(frame[4:]).body.rack_id == "eu-1a"
+    frame = wire.encode_request_envelope(Envelope(7, 2, 5, FetchRequest(None, 7, 0, 10, 1, 0, 0, 0)), None)
+    msg = wire.parse_request(frame[4:]).body
+    assert msg.rack_id == "" and wire.request_from_kio(msg)[1].rack is None
+    for preferred in (3, -1):
+        frame = wire.encode_response_body(1, FetchResponse(Errors.NONE, Errors.NONE, 1, 4, 10,
+                                                           preferred_read_replica=preferred))
+        _, msg = wire.parse_response(frame[4:], wire.APIS[FetchRequest].response)
+        assert msg.responses[0].partitions[0].preferred_read_replica == preferred
+    frame = wire.encode_response_body(1, FetchResponse(Errors.NONE, Errors.OFFSET_NOT_AVAILABLE, 1, 4, 10))
+    _, back = wire.decode_response_body(frame[4:], FetchRequest(None, 7, 0, 10, 1, 0, 0, 0))
+    assert back.partition_error is Errors.OFFSET_NOT_AVAILABLE and back.preferred_read_replica == -1
 
 
 @settings(max_examples=100, deadline=None)

@@ -559,8 +559,11 @@ async def serve(args) -> int:
         raise NodeError(f"--controller-quorum-voters: {exc}") from None
     roles = parse_roles(args.process_roles, args.node_id, voters)
     cluster_id, props = check_directory(args.dir, args.node_id, args.cluster_id)
+    # every node sends its rack in its fetches: the leader learns the voters' racks from them and
+    # points an observer (a broker) at a caught-up voter of its own rack (KIP-392)
     config = RaftConfig(election_timeout_ms=args.election_timeout_ms, fetch_timeout_ms=args.fetch_timeout_ms,
-                        request_timeout_ms=args.request_timeout_ms, fetch_max_wait_ms=args.fetch_max_wait_ms)
+                        request_timeout_ms=args.request_timeout_ms, fetch_max_wait_ms=args.fetch_max_wait_ms,
+                        rack=args.rack)
     directory_id = props.get("directory.id")
     host = (args.listen or "127.0.0.1:0").rpartition(":")[0] or "127.0.0.1"
     broker = BrokerSettings(rack=args.rack, advertised_host=host,

@@ -75,7 +75,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                        help="where to listen (default: this node's voter address; a broker 127.0.0.1:0)")
     where.add_argument("--listen-fd", type=int, default=None, metavar="FD",
                        help="an inherited, bound and listening socket (tests use ephemeral ports this way)")
-    run.add_argument("--rack", default=None, help="the broker's rack (broker.rack), for replica placement")
+    run.add_argument("--rack", default=None, help="this node's rack (broker.rack): places replicas on brokers, and lets a "
+                     "broker fetch the metadata log from a voter of its own rack (KIP-392)")
     for flag, what in (("--election-timeout-ms", None), ("--fetch-timeout-ms", None), ("--request-timeout-ms", None),
                        ("--fetch-max-wait-ms", None),
                        ("--session-timeout-ms", "a broker without a heartbeat for this long is fenced "

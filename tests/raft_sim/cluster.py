@@ -15,11 +15,22 @@ checks that all nodes agree. Invariants are checked after every event:
     * committed data never changes: every batch a listener receives at an offset must equal
       what any listener ever received there, and every snapshot must hold exactly the digest
       of the committed prefix it claims;
+    * every batch a non-leader's listener receives (an observer's, whether it read from the
+      leader or from a follower in its rack, KIP-392) is one some leader had already committed:
+      the simulator copies each leader's log up to its high watermark as it advances, and the
+      batch must be that copy's batch at that offset;
+    * nothing a listener received is ever truncated: a live node's log end never falls below
+      its listener's next offset;
     * at the end, every node's listener reached the same offset with the same digest.
 
 Faults: message drop, delay, reordering, duplication; symmetric and asymmetric partitions and
 healing; hard kill + restart (optionally with a torn log tail); graceful shutdown (a leader
-resigns first); kill all and restart a majority; wiping an observer's whole state.
+resigns first); kill all and restart a majority; wiping an observer's whole state; a slow voter
+(every message to or from it delayed, so it lags the leader and its high watermark trails).
+
+Racks (KIP-392): in some seeds every node has a rack, so observers are sent by the leader to a
+follower in their rack and read committed records from it; ``Simulation(seed, racks=True)``
+forces racks and at least one observer (the quick KIP-392 seed run).
 
 Wiping a voter is never simulated: a voter that forgets its vote may vote twice in an epoch, and
 one that forgets acknowledged records may turn a committed entry into a minority one. KIP-853
@@ -34,6 +45,7 @@ with ``KRAFTLOG_SIM_SEED=N``.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import heapq
 import random
 import struct
@@ -41,10 +53,16 @@ import zlib
 from dataclasses import dataclass, field
 
 from kraftlog.raft.core import RaftConfig, RaftCore
-from kraftlog.raft.messages import EndQuorumEpochRequest, Envelope, VoteResponse
+from kraftlog.raft.messages import (
+    EndQuorumEpochRequest,
+    Envelope,
+    FetchResponse,
+    FetchSnapshotResponse,
+    VoteResponse,
+)
 from kraftlog.raft.ready import Commit, LoadSnapshot
 from kraftlog.raft.state import Role
-from kraftlog.raft.types import NO_ID, LogBatch, NotLeaderError
+from kraftlog.raft.types import NO_ID, Errors, LogBatch, NotLeaderError
 
 from .storage import FakeClock, MemLog, MemQuorumStore, MemSnapshotStore
 
@@ -57,7 +75,11 @@ SIM_CONFIG = RaftConfig(
     fetch_max_wait_ms=40,
     fetch_max_bytes=2048,
     snapshot_chunk_max_bytes=64,  # small, so snapshots move in several chunks
+    replica_lag_time_max_ms=200,
+    preferred_replica_refresh_ms=400,  # observers go back to the leader several times a run
+    preferred_replica_max_failures=3,
 )
+RACKS = ("r1", "r2", "r3")
 TRACE_MAX_LINES = 3000
 _SNAP = struct.Struct(">qqI")  # snapshot payload: end offset, record count, digest
 
@@ -117,7 +139,8 @@ class SimNode:
     incarnation: int = 0
     timer_at: int = -1
     max_hw: int = -1
-    counted: tuple[int, int] = (0, 0)
+    counted: tuple[int, int, int, int] = (0, 0, 0, 0)
+    rack: str | None = None
 
     @property
     def alive(self) -> bool:
@@ -125,7 +148,7 @@ class SimNode:
 
 
 class Simulation:
-    def __init__(self, seed: int, *, verbose: bool = False):
+    def __init__(self, seed: int, *, verbose: bool = False, racks: bool = False):
         self.seed = seed
         self.rng = random.Random(seed)
         self.verbose = verbose
@@ -136,23 +159,35 @@ class Simulation:
         rng = self.rng
         n_voters = rng.choice((3, 3, 5))
         n_observers = rng.choice((0, 1, 1, 2))
+        with_racks = rng.random() < 0.4
+        if racks:
+            n_observers, with_racks = max(n_observers, 1), True
         self.voters = frozenset(range(1, n_voters + 1))
         self.nodes = {i: SimNode(i, i in self.voters, self) for i in range(1, n_voters + n_observers + 1)}
+        if with_racks:
+            # voters spread over the racks (two may share one), observers anywhere
+            for node in self.nodes.values():
+                node.rack = RACKS[(node.id - 1) % len(RACKS)] if node.voter else rng.choice(RACKS)
         # the fault mix of this seed
         self.drop_p = rng.choice((0.0, 0.01, 0.05, 0.15))
         self.dup_p = rng.choice((0.0, 0.02, 0.05))
         self.reorder_p = rng.choice((0.0, 0.05, 0.2))
         self.fault_every_ms = rng.choice((150, 300, 600))
         self.blocked: set[tuple[int, int]] = set()  # (from, to) pairs that lose every message
+        self.slow: dict[int, int] = {}  # node -> extra delay (ms) of every message to or from it
         self.leaders: dict[int, int] = {}  # epoch -> leader id, over the whole run
         self.committed: dict[int, tuple[int, bool, tuple[bytes, ...]]] = {}  # base offset -> batch
+        # what leaders committed, copied from a leader's log as its high watermark moves
+        self.leader_committed: dict[int, tuple[int, bool, tuple[bytes, ...]]] = {}
+        self.leader_committed_end = 0
         self.digest_at: dict[int, tuple[int, int]] = {0: (0, 0)}  # next offset -> (count, digest)
         self.append_counter = 0
         self.events = 0
         self.faults_on = True
         self.coverage: collections.Counter = collections.Counter()  # which paths this seed ran
         self._log(f"cluster voters={sorted(self.voters)} observers={n_observers} drop={self.drop_p} "
-                  f"dup={self.dup_p} reorder={self.reorder_p} faults every {self.fault_every_ms} ms")
+                  f"dup={self.dup_p} reorder={self.reorder_p} faults every {self.fault_every_ms} ms"
+                  + (f" racks={ {n.id: n.rack for n in self.nodes.values()} }" if with_racks else ""))
 
     # -- bookkeeping --------------------------------------------------------------------------
 
@@ -177,10 +212,11 @@ class Simulation:
         node.incarnation += 1
         node.machine = StateMachine(node)
         node.max_hw = -1
-        node.counted = (0, 0)
+        node.counted = (0, 0, 0, 0)
+        config = SIM_CONFIG if node.rack is None else dataclasses.replace(SIM_CONFIG, rack=node.rack)
         node.core = RaftCore(node_id=node.id, voters=self.voters, cluster_id="sim-cluster", clock=self.clock,
                              rng=random.Random(self.rng.getrandbits(64)), log=node.log, quorum_store=node.quorum,
-                             snapshots=node.snapshots, config=SIM_CONFIG)
+                             snapshots=node.snapshots, config=config)
         node.timer_at = -1
         self._log(f"start node {node.id} (incarnation {node.incarnation}) as {node.core.role.value} "
                   f"epoch {node.core.epoch} log [{node.log.start_offset()}, {node.log.end_offset()})")
@@ -222,10 +258,17 @@ class Simulation:
             if ready.is_empty or core is not node.core:
                 break
         after = (core.role, core.epoch, core.leader_id)
+        # a node's log changes only in step() and poll(), and every step is followed by this
+        if node.machine is not None and node.log.end_offset() < node.machine.next_offset:
+            self.fail(f"node {node.id} log ends at {node.log.end_offset()}, below what its listener got "
+                      f"({node.machine.next_offset}): delivered records were truncated")
         # the core's counters move in step() and poll(); count what moved since last time
-        self.coverage["truncated"] += core.truncations - node.counted[0]
-        self.coverage["snapshot_installed"] += core.snapshots_installed - node.counted[1]
-        node.counted = (core.truncations, core.snapshots_installed)
+        counters = (core.truncations, core.snapshots_installed, core.observer_fetches_served,
+                    core.read_replica_fallbacks)
+        for name, now_value, before_value in zip(("truncated", "snapshot_installed", "observer_served_by_follower",
+                                                  "read_replica_fallback"), counters, node.counted, strict=True):
+            self.coverage[name] += now_value - before_value
+        node.counted = counters
         if after != before:
             if after[0] is Role.LEADER:
                 self.coverage["leader_elected"] += 1
@@ -242,6 +285,8 @@ class Simulation:
 
     def send(self, env: Envelope) -> None:
         dst = self.nodes[env.destination]
+        if not dst.voter:
+            self._count_read_replica_paths(env)
         if not self.faults_on:
             self._push(self.clock.now_ms + self.rng.randint(1, 3), "msg", (env, dst.incarnation))
             return
@@ -250,10 +295,28 @@ class Simulation:
             return
         copies = 2 if rng.random() < self.dup_p else 1
         for _ in range(copies):
-            delay = rng.randint(1, 4)
+            delay = rng.randint(1, 4) + self.slow.get(env.source, 0) + self.slow.get(env.destination, 0)
             if rng.random() < self.reorder_p:
                 delay += rng.randint(0, 40)
             self._push(self.clock.now_ms + delay, "msg", (env, dst.incarnation))
+
+    def _count_read_replica_paths(self, env: Envelope) -> None:
+        """Coverage of KIP-392's answers: sent by a voter that is not the leader to an observer."""
+        body = env.body
+        if not isinstance(body, FetchResponse | FetchSnapshotResponse):
+            return
+        sender = self.nodes[env.source].core
+        if sender is None or sender.role is Role.LEADER:
+            return
+        if isinstance(body, FetchSnapshotResponse):
+            if body.data:
+                self.coverage["snapshot_from_follower"] += 1
+        elif body.partition_error is Errors.OFFSET_NOT_AVAILABLE:
+            self.coverage["offset_not_available"] += 1
+        elif body.diverging_epoch is not None:
+            self.coverage["diverging_from_follower"] += 1
+        elif body.snapshot_id is not None:
+            self.coverage["snapshot_redirect_from_follower"] += 1
 
     def deliver(self, env: Envelope, incarnation: int) -> None:
         node = self.nodes[env.destination]
@@ -271,7 +334,16 @@ class Simulation:
 
     def check_commit(self, node: SimNode, batch: LogBatch, digest_after: int) -> None:
         seen = self.committed.get(batch.base_offset)
-        mine = (batch.epoch, batch.control, batch.records)
+        mine = (batch.epoch, batch.control, tuple(batch.records))
+        if node.core is not None and node.core.role is not Role.LEADER:
+            # a leader delivers in the event that moves its HW, before record_leader_commits ran;
+            # everyone else learns a HW that a leader reached in an earlier event
+            if self.leader_committed.get(batch.base_offset) != mine:
+                kind = "observer" if not node.voter else "follower"
+                self.fail(f"{kind} {node.id} delivered {mine} at {batch.base_offset}, which no leader had "
+                          f"committed (leaders committed up to {self.leader_committed_end})")
+            if not node.voter and node.core.fetch_source_id not in (NO_ID, node.core.leader_id):
+                self.coverage["observer_delivered_from_follower"] += 1
         if seen is None:
             self.committed[batch.base_offset] = mine
         elif seen != mine:
@@ -287,6 +359,23 @@ class Simulation:
         if end != snapshot_id.offset or self.digest_at.get(end) != (count, digest):
             self.fail(f"node {node.id} loads snapshot {snapshot_id} that is not the committed prefix")
 
+    def record_leader_commits(self, node: SimNode) -> None:
+        """Copy the leader's log from what leaders committed so far up to its high watermark."""
+        hw, end = node.core.high_watermark, self.leader_committed_end
+        if hw <= end:
+            return
+        if node.log.start_offset() > end:
+            self.fail(f"leader {node.id} committed up to {hw} but its log starts at {node.log.start_offset()}, "
+                      f"past what leaders were seen to commit ({end})")
+        for b in node.log.read(end, 1 << 30):
+            if b.next_offset > hw:
+                break
+            if b.base_offset != end:
+                self.fail(f"leader {node.id} has a batch at {b.base_offset}, committed history ends at {end}")
+            self.leader_committed[end] = (b.epoch, b.control, tuple(b.records))
+            end = b.next_offset
+        self.leader_committed_end = end
+
     def check_invariants(self) -> None:
         majority = len(self.voters) // 2 + 1
         for node in self.nodes.values():
@@ -301,6 +390,8 @@ class Simulation:
                 durable = sum(1 for v in self.voters if self.nodes[v].log.durable_end >= hw)
                 if durable < majority:
                     self.fail(f"leader {node.id} high watermark {hw} is durable on only {durable} voters")
+                if hw > self.leader_committed_end:
+                    self.record_leader_commits(node)
             if core.high_watermark < node.max_hw:
                 self.fail(f"node {node.id} high watermark went back from {node.max_hw} to {core.high_watermark}")
             node.max_hw = core.high_watermark
@@ -342,7 +433,16 @@ class Simulation:
         rng = self.rng
         ids = sorted(self.nodes)
         kind = rng.choice(("kill", "kill", "graceful", "partition", "isolate_leader", "asymmetric", "heal",
-                           "kill_all", "wipe_observer", "restart"))
+                           "kill_all", "wipe_observer", "restart", "slow_voter"))
+        if kind == "slow_voter":
+            # a voter that keeps up only slowly: its fetches and its high watermark trail the
+            # leader's, so observers it serves run into OFFSET_NOT_AVAILABLE
+            victim = rng.choice(sorted(self.voters))
+            self.slow[victim] = rng.randint(10, 40)
+            self._log(f"slow voter {victim}: +{self.slow[victim]} ms each way")
+            self.coverage["slow_voter"] += 1
+            self._push(self.clock.now_ms + rng.randint(200, 800), "heal", None)
+            return
         if kind == "isolate_leader":
             # long enough for a new election while the old leader still takes appends: the
             # classic way to grow a diverging tail that must be truncated later
@@ -410,9 +510,10 @@ class Simulation:
                 self.start(rng.choice(dead))
 
     def heal(self) -> None:
-        if self.blocked:
-            self._log("heal every partition")
+        if self.blocked or self.slow:
+            self._log("heal every partition and slow link")
         self.blocked.clear()
+        self.slow.clear()
 
     # -- the run ---------------------------------------------------------------------------------
 
@@ -502,8 +603,8 @@ class Simulation:
                   f"{len(self.committed)} committed batches")
 
 
-def run_seed(seed: int, *, verbose: bool = False) -> Simulation:
-    sim = Simulation(seed, verbose=verbose)
+def run_seed(seed: int, *, verbose: bool = False, racks: bool = False) -> Simulation:
+    sim = Simulation(seed, verbose=verbose, racks=racks)
     sim.run()
     return sim
 
