@@ -21,9 +21,10 @@ One row per metadata record (control records are not rows). Columns (ROW_FIELDS,
     decoded by the generic codec, which also fills their typed columns.
 
 Hot rows never become Python objects: each column is assembled from the decoder's numpy tables as
-(rows, Arrow array) parts and put in record order with one ``take``. Strings are built straight
+(rows, values) parts put in record order by numpy scatters (_Columns). Strings are built straight
 from the decoder's blobs (Arrow buffers over the same bytes); topic ids are base64url-encoded in
-numpy.
+numpy, once per run of equal ids. Building is ~0.1-0.2 µs per row; under Spark the JVM's copy of
+each Arrow row costs several times that (docs/SPARK.md, Performance).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kraftlog.engine.records import metadata as codec
 from kraftlog.engine.records.metadata_columns import MetadataColumns
@@ -119,23 +121,34 @@ def list_column(padded: np.ndarray, counts: np.ndarray) -> pa.Array:
     """-1 padded int32[k, W] with counts (-1 = null) -> list<int32>."""
     counts = counts.astype(np.int32)
     valid = counts >= 0
-    used = np.minimum(np.where(valid, counts, 0), padded.shape[1] if padded.ndim == 2 else 0)
+    width = padded.shape[1] if padded.ndim == 2 else 0
+    used = np.minimum(np.where(valid, counts, 0), width)
     offsets = np.zeros(len(counts) + 1, dtype=np.int32)
     np.cumsum(used, out=offsets[1:])
-    if padded.ndim == 2 and padded.shape[1]:
-        values = padded[np.arange(padded.shape[1])[None, :] < used[:, None]]
+    if width and offsets[-1] == len(counts) * width:
+        values = padded.reshape(-1)  # every row full: the padded rows are the values
+    elif width:
+        values = padded[np.arange(width)[None, :] < used[:, None]]
     else:
         values = np.zeros(0, dtype=np.int32)
     mask = None if valid.all() else pa.array(~valid)
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values.astype(np.int32)), mask=mask)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values.astype(np.int32, copy=False)), mask=mask)
 
 
 class _Columns:
-    """Each output column as parts (record rows, Arrow array); ``finish`` orders them by row."""
+    """Each output column as parts (record rows, values); ``finish`` puts them in row order.
+
+    Assembly is numpy on the parts' buffers, not an Arrow concat + take: fixed-width values and
+    validity are scattered into one array; strings and lists get their lengths scattered, offsets
+    by cumsum, and their bytes / child values reused as they are when the parts' rows are ascending
+    and do not interleave (the usual case: each table's records are in offset order), else moved
+    to their places with one scatter. Topic ids stay uint64 halves until the column is complete,
+    then are encoded once (UUID_CHARS bytes per non-null row)."""
 
     def __init__(self, n: int):
         self.n = n
         self.parts: dict[str, list[tuple[np.ndarray, pa.Array]]] = {}
+        self.uuid_parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
 
     def put(self, name: str, rows: np.ndarray, values) -> None:
         if len(rows) == 0:
@@ -145,25 +158,159 @@ class _Columns:
             array = array.cast(_TYPES[name])
         self.parts.setdefault(name, []).append((np.asarray(rows, dtype=np.int64), array))
 
+    def put_uuids(self, name: str, rows: np.ndarray, halves: np.ndarray) -> None:
+        """Topic ids as uint64[k, 2] halves (encoded to Kafka's strings by ``finish``)."""
+        if len(rows):
+            self.uuid_parts.setdefault(name, []).append((np.asarray(rows, dtype=np.int64), halves))
+
     def finish(self, name: str) -> pa.Array:
-        parts = self.parts.get(name)
         kind = _TYPES[name]
+        uuids = self.uuid_parts.get(name)
+        parts = self.parts.get(name)
+        if uuids and not parts:
+            return _uuid_column(self.n, uuids)
+        parts = [(rows, uuid_strings(halves)) for rows, halves in uuids or ()] + (parts or [])
         if not parts:
             return pa.nulls(self.n, kind)
         if len(parts) == 1 and len(parts[0][0]) == self.n and _is_identity(parts[0][0]):
             return parts[0][1]
-        where = np.full(self.n, -1, dtype=np.int64)
-        done = 0
-        for rows, array in parts:
-            where[rows] = done + np.arange(len(rows))
-            done += len(array)
-        arrays = [array for _, array in parts] + [pa.nulls(1, kind)]
-        where[where < 0] = done  # the trailing null
-        return pa.concat_arrays(arrays).take(pa.array(where))
+        if kind == pa.bool_():
+            return _scatter_bools(self.n, parts)
+        if pa.types.is_integer(kind):
+            return _scatter_fixed(self.n, kind, parts)
+        if kind == pa.string() or (kind == _INT_LIST and all(a.values.null_count == 0 for _, a in parts)):
+            return _scatter_variable(self.n, kind, parts)
+        return _take_parts(self.n, kind, parts)
+
+
+_INT_LIST = pa.list_(pa.int32())
 
 
 def _is_identity(rows: np.ndarray) -> bool:
     return bool(rows[0] == 0 and rows[-1] == len(rows) - 1 and (np.diff(rows) == 1).all())
+
+
+def _validity(array: pa.Array) -> np.ndarray | None:
+    """bool per element (None: no nulls)."""
+    if array.null_count == 0:
+        return None
+    return pc.is_valid(array).to_numpy(zero_copy_only=False)
+
+
+def _mask_buffer(valid: np.ndarray) -> tuple[pa.Buffer | None, int]:
+    """(Arrow validity bitmap or None when every row is valid, null count)."""
+    nulls = len(valid) - int(np.count_nonzero(valid))
+    if nulls == 0:
+        return None, 0
+    return pa.py_buffer(np.packbits(valid, bitorder="little")), nulls
+
+
+def _scatter_valid(n: int, parts) -> np.ndarray:
+    valid = np.zeros(n, dtype=bool)
+    for rows, array in parts:
+        part_valid = _validity(array)
+        valid[rows] = True if part_valid is None else part_valid
+    return valid
+
+
+def _scatter_fixed(n: int, kind: pa.DataType, parts) -> pa.Array:
+    dtype = np.dtype(kind.to_pandas_dtype())
+    values = np.zeros(n, dtype=dtype)
+    for rows, array in parts:
+        # the data buffer as it is: null slots hold some value, masked by the validity below
+        values[rows] = np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array), offset=array.offset * dtype.itemsize)
+    mask, nulls = _mask_buffer(_scatter_valid(n, parts))
+    return pa.Array.from_buffers(kind, n, [mask, pa.py_buffer(values)], null_count=nulls)
+
+
+def _scatter_bools(n: int, parts) -> pa.Array:
+    values = np.zeros(n, dtype=bool)
+    for rows, array in parts:
+        values[rows] = pc.fill_null(array, False).to_numpy(zero_copy_only=False)
+    mask, nulls = _mask_buffer(_scatter_valid(n, parts))
+    return pa.Array.from_buffers(pa.bool_(), n, [mask, pa.py_buffer(np.packbits(values, bitorder="little"))],
+                                 null_count=nulls)
+
+
+def _var_offsets(array: pa.Array) -> np.ndarray:
+    """A string or list array's len + 1 offsets (into its data buffer / child values)."""
+    return np.frombuffer(array.buffers()[1], dtype=np.int32, count=len(array) + 1, offset=array.offset * 4)
+
+
+def _var_values(array: pa.Array) -> np.ndarray:
+    """The bytes (string) or int32 child values (list) its offsets index."""
+    if pa.types.is_string(array.type):
+        data = array.buffers()[2]
+        return np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+    child = array.values  # ListArray.values: the whole child, indexed by the absolute offsets
+    return np.frombuffer(child.buffers()[1], dtype=np.int32, count=len(child), offset=child.offset * 4)
+
+
+def _ordered(parts) -> bool:
+    """Rows ascending within each part and the parts one after another (their values in order)."""
+    last = -1
+    for rows, _ in parts:
+        if rows[0] <= last or (len(rows) > 1 and not (np.diff(rows) > 0).all()):
+            return False
+        last = rows[-1]
+    return True
+
+
+def _scatter_variable(n: int, kind: pa.DataType, parts) -> pa.Array:
+    parts = sorted(parts, key=lambda part: int(part[0][0]))
+    lengths = np.zeros(n, dtype=np.int64)
+    offsets = [_var_offsets(array) for _, array in parts]
+    for (rows, _), offs in zip(parts, offsets, strict=True):
+        lengths[rows] = np.diff(offs)  # a null slot keeps its (normally zero) length: still valid Arrow
+    out_offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out_offsets[1:])
+    if out_offsets[-1] > np.iinfo(np.int32).max:
+        return _take_parts(n, kind, parts)  # past 32-bit offsets: let Arrow report it
+    ranges = [_var_values(array)[offs[0]:offs[-1]] for (_, array), offs in zip(parts, offsets, strict=True)]
+    if _ordered(parts):
+        values = ranges[0] if len(ranges) == 1 else np.concatenate(ranges)
+    else:
+        values = np.empty(int(out_offsets[-1]), dtype=ranges[0].dtype)
+        for (rows, _), offs, source in zip(parts, offsets, ranges, strict=True):
+            shift = np.repeat(out_offsets[rows] - offs[:-1], np.diff(offs))
+            values[np.arange(offs[0], offs[-1], dtype=np.int64) + shift] = source
+    mask, nulls = _mask_buffer(_scatter_valid(n, parts))
+    offsets_buffer = pa.py_buffer(out_offsets.astype(np.int32))
+    if kind == pa.string():
+        return pa.StringArray.from_buffers(n, offsets_buffer, pa.py_buffer(values), mask, nulls)
+    return pa.Array.from_buffers(kind, n, [mask, offsets_buffer], null_count=nulls,
+                                 children=[pa.array(values, pa.int32())])
+
+
+def _take_parts(n: int, kind: pa.DataType, parts) -> pa.Array:
+    """The general assembly: concatenate the parts and one take (a trailing null for empty rows)."""
+    where = np.full(n, -1, dtype=np.int64)
+    done = 0
+    for rows, array in parts:
+        where[rows] = done + np.arange(len(rows))
+        done += len(array)
+    arrays = [array for _, array in parts] + [pa.nulls(1, kind)]
+    where[where < 0] = done
+    return pa.concat_arrays(arrays).take(pa.array(where))
+
+
+def _uuid_column(n: int, parts) -> pa.Array:
+    """Topic id strings of the rows ``parts`` cover (others null); each id encoded once."""
+    halves = np.zeros((n, 2), dtype=np.uint64)
+    ids = halves.view(np.dtype((np.void, 16))).reshape(n)  # one 16-byte element per row: a 1-D scatter
+    valid = np.zeros(n, dtype=bool)
+    for rows, part in parts:
+        ids[rows] = np.ascontiguousarray(part, dtype=np.uint64).view(ids.dtype).reshape(len(part))
+        valid[rows] = True
+    present = np.flatnonzero(valid)
+    strings = uuid_strings(halves[present] if len(present) < n else halves)
+    # the compact strings are in row order: their bytes stay, offsets repeat across null rows
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(valid * np.int32(UUID_CHARS), out=offsets[1:])
+    mask, nulls = _mask_buffer(valid)
+    data = strings.buffers()[2]
+    start = _var_offsets(strings)[0]
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), data[start:] if start else data, mask, nulls)
 
 
 @dataclass
@@ -243,7 +390,9 @@ def _table_rows(table, out_row: np.ndarray | None) -> list[int]:
 
 
 def _pick(table, out_row: np.ndarray | None):
-    """(table rows to emit, their output rows, record indexes of extras rows to decode generically)."""
+    """(table rows to emit, their output rows, record indexes of extras rows to decode generically).
+    The rows are ``slice(None)`` when they are all of the table (no extras, none filtered out), so
+    the callers' column lookups are views, not copies."""
     rec = table.record_index.astype(np.int64)
     take = ~table.extras
     if out_row is not None:
@@ -251,9 +400,18 @@ def _pick(table, out_row: np.ndarray | None):
         extras = rec[kept & table.extras]
         take &= kept
         rows = np.flatnonzero(take)
-        return rows, out_row[rec[rows]], extras.tolist()
+        return _all_or(rows, len(rec)), out_row[rec[rows]], extras.tolist()
     rows = np.flatnonzero(take)
-    return rows, rec[rows], rec[table.extras].tolist()
+    return _all_or(rows, len(rec)), rec[rows], rec[table.extras].tolist()
+
+
+def _all_or(rows: np.ndarray, k: int) -> np.ndarray | slice:
+    return slice(None) if len(rows) == k else rows
+
+
+def _rows_of(array: pa.Array, rows: np.ndarray | slice) -> pa.Array:
+    """array[rows] (``rows`` from _pick)."""
+    return array if isinstance(rows, slice) else array.take(pa.array(rows))
 
 
 def _hot_columns(cols: MetadataColumns, c: _Columns, out_row: np.ndarray | None) -> list[int]:
@@ -262,14 +420,14 @@ def _hot_columns(cols: MetadataColumns, c: _Columns, out_row: np.ndarray | None)
     if len(t):
         rows, out, extra = _pick(t, out_row)
         generic += extra
-        c.put("topic_id", out, uuid_strings(t.topic_id[rows]))
+        c.put_uuids("topic_id", out, t.topic_id[rows])
         names = blob_strings(t.name_blob, t.name_offsets)
-        c.put("topic_name", out, names.take(pa.array(rows)))
+        c.put("topic_name", out, _rows_of(names, rows))
     p = cols.partitions
     if len(p):
         rows, out, extra = _pick(p, out_row)
         generic += extra
-        c.put("topic_id", out, uuid_strings(p.topic_id[rows]))
+        c.put_uuids("topic_id", out, p.topic_id[rows])
         for name, col in (("partition", "partition_id"), ("leader", "leader"), ("leader_epoch", "leader_epoch"),
                           ("partition_epoch", "partition_epoch"), ("leader_recovery_state", "leader_recovery_state")):
             c.put(name, out, getattr(p, col)[rows])
@@ -279,7 +437,7 @@ def _hot_columns(cols: MetadataColumns, c: _Columns, out_row: np.ndarray | None)
     if len(ch):
         rows, out, extra = _pick(ch, out_row)
         generic += extra
-        c.put("topic_id", out, uuid_strings(ch.topic_id[rows]))
+        c.put_uuids("topic_id", out, ch.topic_id[rows])
         c.put("partition", out, ch.partition_id[rows])
         c.put("leader", out, ch.leader[rows])
         lrs = ch.leader_recovery_state[rows]
@@ -290,21 +448,20 @@ def _hot_columns(cols: MetadataColumns, c: _Columns, out_row: np.ndarray | None)
     if len(r):
         rows, out, extra = _pick(r, out_row)
         generic += extra
-        c.put("topic_id", out, uuid_strings(r.topic_id[rows]))
+        c.put_uuids("topic_id", out, r.topic_id[rows])
     g = cols.configs
     if len(g):
         rows, out, extra = _pick(g, out_row)
         generic += extra
-        taker = pa.array(rows)
         c.put("config_resource_type", out, g.resource_type[rows])
-        c.put("config_resource_name", out, blob_strings(g.config_blob, g.resource_name_offsets).take(taker))
-        c.put("config_name", out, blob_strings(g.config_blob, g.name_offsets).take(taker))
-        c.put("config_value", out, blob_strings(g.config_blob, g.value_offsets, g.value_null).take(taker))
+        c.put("config_resource_name", out, _rows_of(blob_strings(g.config_blob, g.resource_name_offsets), rows))
+        c.put("config_name", out, _rows_of(blob_strings(g.config_blob, g.name_offsets), rows))
+        c.put("config_value", out, _rows_of(blob_strings(g.config_blob, g.value_offsets, g.value_null), rows))
     f = cols.features
     if len(f):
         rows, out, extra = _pick(f, out_row)
         generic += extra
-        c.put("feature_name", out, blob_strings(f.feature_blob, f.name_offsets).take(pa.array(rows)))
+        c.put("feature_name", out, _rows_of(blob_strings(f.feature_blob, f.name_offsets), rows))
         c.put("feature_level", out, f.feature_level[rows])
     fe = cols.fence
     if len(fe):
@@ -331,7 +488,7 @@ def _hot_columns(cols: MetadataColumns, c: _Columns, out_row: np.ndarray | None)
         c.put("broker_epoch", out, b.broker_epoch[rows])
         c.put("fenced", out, b.fenced[rows])
         c.put("in_controlled_shutdown", out, b.in_controlled_shutdown[rows])
-        c.put("rack", out, blob_strings(b.broker_blob, b.rack_offsets, b.rack_null).take(pa.array(rows)))
+        c.put("rack", out, _rows_of(blob_strings(b.broker_blob, b.rack_offsets, b.rack_null), rows))
     return generic
 
 
