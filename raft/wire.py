@@ -431,9 +431,29 @@ def request_from_kio(msg) -> tuple[int, object]:
     admin's DescribeQuorum has none (NO_ID). A message whose shape is wrong (e.g. a null array
     from a damaged frame) raises WireFormatError."""
     try:
-        return _request_from_kio(msg)
+        sender, request = _request_from_kio(msg)
     except (TypeError, AttributeError, ValueError) as exc:
         raise WireFormatError(f"malformed {type(msg).__name__}: {exc}") from exc
+    _check_epochs(request, type(msg).__name__)
+    return sender, request
+
+
+# The largest epoch a peer may name. A node that adopts epoch e may need e + 1 (an election), and
+# epochs are int32 on the wire and in the log: one request naming 2^31 - 1 would otherwise wedge
+# the node for good (its next election cannot be written, and the epoch is persisted).
+MAX_EPOCH = (1 << 31) - 2
+
+
+def _check_epochs(value, what: str) -> None:
+    """WireFormatError when any epoch ``value`` carries (its *epoch* fields, snapshot ids and
+    diverging epochs included) is above MAX_EPOCH."""
+    for name in getattr(value, "__dataclass_fields__", ()):
+        field_value = getattr(value, name)
+        if isinstance(field_value, OffsetAndEpoch):
+            field_value = field_value.epoch
+            name = f"{name}.epoch"
+        if "epoch" in name and isinstance(field_value, int) and field_value > MAX_EPOCH:
+            raise WireFormatError(f"{what}: {name} {field_value} is above the largest usable epoch {MAX_EPOCH}")
 
 
 def _request_from_kio(msg) -> tuple[int, object]:
@@ -538,9 +558,11 @@ def response_from_kio(msg, request=None):
     PreVote is not echoed on the wire, so it is restored from there). A message whose shape is
     wrong raises WireFormatError."""
     try:
-        return _response_from_kio(msg, request)
+        response = _response_from_kio(msg, request)
     except (TypeError, AttributeError, ValueError) as exc:
         raise WireFormatError(f"malformed {type(msg).__name__}: {exc}") from exc
+    _check_epochs(response, type(msg).__name__)
+    return response
 
 
 def _response_from_kio(msg, request=None):
@@ -635,7 +657,7 @@ def produce_request(values: Sequence[bytes], *, timeout_ms: int) -> object:
 def produce_values(msg) -> list[bytes]:
     """The record values of a Produce request for the metadata partition (CRC checked)."""
     topics = msg.topic_data
-    if len(topics) != 1 or len(topics[0].partition_data) != 1 or topics[0].name != METADATA_TOPIC \
+    if topics is None or len(topics) != 1 or topics[0].partition_data is None or len(topics[0].partition_data) != 1 or topics[0].name != METADATA_TOPIC \
             or topics[0].partition_data[0].index != METADATA_PARTITION:
         raise WireFormatError("Produce must name __cluster_metadata partition 0, and nothing else")
     records = topics[0].partition_data[0].records

@@ -9,6 +9,7 @@ lazily; and damaged or foreign bytes raise only WireFormatError / CorruptRecordE
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import struct
 
 import pytest
@@ -45,17 +46,18 @@ pytestmark = pytest.mark.twin  # record batches go through the native batch code
 i32 = st.integers(-1, 2**31 - 1)
 i64 = st.integers(-1, 2**63 - 1)
 nonneg32 = st.integers(0, 2**31 - 1)
+epoch32 = st.integers(-1, wire.MAX_EPOCH)  # epochs a node accepts from a peer (2^31 - 1 could never be followed)
 errors = st.sampled_from(list(Errors))
 cluster = st.one_of(st.none(), st.text(min_size=1, max_size=20))
-oae = st.builds(OffsetAndEpoch, st.integers(0, 2**62), nonneg32)
+oae = st.builds(OffsetAndEpoch, st.integers(0, 2**62), st.integers(0, wire.MAX_EPOCH))
 
 REQUESTS = st.one_of(
-    st.builds(VoteRequest, cluster, i32, i32, i32, i32, i64, st.booleans()),
-    st.builds(FetchRequest, cluster, i32, st.integers(0, 2**31 // 1000 - 1), nonneg32, i32, i64, i32, i64,
+    st.builds(VoteRequest, cluster, i32, epoch32, i32, epoch32, i64, st.booleans()),
+    st.builds(FetchRequest, cluster, i32, st.integers(0, 2**31 // 1000 - 1), nonneg32, epoch32, i64, epoch32, i64,
               st.one_of(st.none(), st.text(min_size=1, max_size=12))),
-    st.builds(BeginQuorumEpochRequest, cluster, i32, i32, i32),
-    st.builds(EndQuorumEpochRequest, cluster, i32, i32, st.lists(nonneg32, max_size=5).map(tuple)),
-    st.builds(FetchSnapshotRequest, cluster, i32, i32, i32, oae, i64),
+    st.builds(BeginQuorumEpochRequest, cluster, i32, i32, epoch32),
+    st.builds(EndQuorumEpochRequest, cluster, i32, epoch32, st.lists(nonneg32, max_size=5).map(tuple)),
+    st.builds(FetchSnapshotRequest, cluster, i32, i32, epoch32, oae, i64),
     st.just(DescribeQuorumRequest()),
 )
 replica = st.builds(ReplicaDescription, i32, i64, i64, i64)
@@ -96,7 +98,7 @@ def test_request_header_is_kafkas_layout():
 
 
 @settings(max_examples=200, deadline=None)
-@given(errors, errors, i32, i32, st.booleans(), st.booleans(), st.integers(0, 2**31 - 1))
+@given(errors, errors, i32, epoch32, st.booleans(), st.booleans(), st.integers(0, 2**31 - 1))
 def test_vote_response_round_trips_and_restores_pre_vote(err, perr, leader, epoch, granted, pre_vote, corr):
     """PreVote is not in the Vote response: it comes back from the request it answers."""
     request = VoteRequest(None, 1, 1, 2, 1, 1, pre_vote)
@@ -108,7 +110,7 @@ def test_vote_response_round_trips_and_restores_pre_vote(err, perr, leader, epoc
 
 
 @settings(max_examples=200, deadline=None)
-@given(errors, errors, i32, i32, i64, st.integers(0, 2**62), st.one_of(st.none(), oae), st.one_of(st.none(), oae),
+@given(errors, errors, i32, epoch32, i64, st.integers(0, 2**62), st.one_of(st.none(), oae), st.one_of(st.none(), oae),
        st.lists(st.lists(st.binary(max_size=40), min_size=1, max_size=5), max_size=4), i32)
 def test_fetch_response_round_trips_with_record_batches(err, perr, leader, epoch, hw, start, div, snap, payloads,
                                                         preferred):
@@ -151,7 +153,7 @@ def test_kip392_fields_sit_where_kafka_reads_them():
 
 
 @settings(max_examples=100, deadline=None)
-@given(errors, errors, i32, i32, st.one_of(st.none(), oae), st.integers(0, 2**40), st.integers(0, 2**40),
+@given(errors, errors, i32, epoch32, st.one_of(st.none(), oae), st.integers(0, 2**40), st.integers(0, 2**40),
        st.binary(max_size=100))
 def test_fetch_snapshot_response_round_trips(err, perr, leader, epoch, sid, size, position, data):
     body = FetchSnapshotResponse(err, perr, leader, epoch, sid, size, position, data)
@@ -161,7 +163,7 @@ def test_fetch_snapshot_response_round_trips(err, perr, leader, epoch, sid, size
 
 
 @settings(max_examples=100, deadline=None)
-@given(errors, errors, i32, i32, i64, st.lists(replica, max_size=5).map(tuple),
+@given(errors, errors, i32, epoch32, i64, st.lists(replica, max_size=5).map(tuple),
        st.lists(replica, max_size=3).map(tuple))
 def test_describe_quorum_and_epoch_responses_round_trip(err, perr, leader, epoch, hw, voters, observers):
     body = DescribeQuorumResponse(err, perr, leader, epoch, hw, voters, observers)
@@ -273,3 +275,43 @@ def test_a_damaged_array_length_is_a_wire_format_error_not_a_crash():
     frame[16] = 33
     with pytest.raises(wire.WireFormatError):
         wire.request_from_kio(wire.parse_request(bytes(frame)).body)
+
+
+@pytest.mark.parametrize("make", [
+    lambda e: VoteRequest("c1", 3, e, 3, 1, 42, False),
+    lambda e: VoteRequest("c1", 3, 5, 3, e, 42, False),
+    lambda e: BeginQuorumEpochRequest(None, 2, 1, e),
+    lambda e: EndQuorumEpochRequest(None, 1, e, (2,)),
+    lambda e: FetchRequest(None, 2, 0, 10, e, 0, 0, 0),
+    lambda e: FetchSnapshotRequest(None, 2, 10, 1, OffsetAndEpoch(5, e), 0),
+])
+def test_requests_naming_an_unusable_epoch_are_malformed(make):
+    """An epoch a node could never follow with an election (2^31 - 1 on int32 fields) is refused at
+    the wire: adopting it would wedge the node for good. The largest usable epoch still passes."""
+    ok = wire.request_to_kio(make(wire.MAX_EPOCH))
+    assert wire.request_from_kio(ok)[1] == make(wire.MAX_EPOCH)
+    with pytest.raises(wire.WireFormatError, match="above the largest usable epoch"):
+        wire.request_from_kio(wire.request_to_kio(make(wire.MAX_EPOCH + 1)))
+
+
+def test_responses_naming_an_unusable_epoch_are_malformed():
+    """The same bound on what a peer answers (the leader epoch of a Vote response)."""
+    request = VoteRequest("c1", 3, 5, 3, 1, 42, False)
+    for epoch, ok in ((wire.MAX_EPOCH, True), (wire.MAX_EPOCH + 1, False)):
+        frame = wire.encode_response_body(7, VoteResponse(Errors.NONE, 2, epoch, True, False, Errors.NONE))
+        if ok:
+            assert wire.decode_response_body(frame[4:], request)[1].leader_epoch == epoch
+        else:
+            with pytest.raises(wire.WireFormatError, match="leader_epoch"):
+                wire.decode_response_body(frame[4:], request)
+
+
+def test_produce_with_null_topics_is_malformed():
+    """A Produce whose topic array (or partition array) is null is a malformed request, not a
+    TypeError inside the handler."""
+    body = wire.produce_request([b"v"], timeout_ms=100)
+    for damaged in (dataclasses.replace(body, topic_data=None),
+                    dataclasses.replace(body, topic_data=(dataclasses.replace(body.topic_data[0],
+                                                                              partition_data=None),))):
+        with pytest.raises(wire.WireFormatError, match="__cluster_metadata partition 0"):
+            wire.produce_values(damaged)
