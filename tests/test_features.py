@@ -114,9 +114,12 @@ def plan(image, *updates, validate_only=False, **kwargs):
 
 def test_supported_features_span_the_writable_levels_and_can_play_an_old_node():
     """metadata.version from 3.3-IV0 (4, the lowest level the writer writes) to 4.1-IV0 (26);
-    kraft.version 0 only (static quorum); a lower maximum simulates a node without 4.1-IV0."""
+    kraft.version 0 only (static quorum); eligible.leader.replicas.version 0..1 where the range
+    reaches 4.0-IV1 (ELR's level); a lower maximum simulates a node without 4.1-IV0."""
     assert ("metadata.version", 4, 26) in F.supported_features()
     assert ("kraft.version", 0, 0) in F.supported_features()
+    assert ("eligible.leader.replicas.version", 0, 1) in F.supported_features()
+    assert ("eligible.leader.replicas.version", 0, 0) in F.supported_features(max_metadata_version=L["3.9-IV0"])
     assert ("metadata.version", 4, 25) in F.supported_features(max_metadata_version=L["4.0-IV3"])
     with pytest.raises(ValueError, match="max_metadata_version"):
         F.supported_features(max_metadata_version=versions.LATEST + 1)
@@ -333,13 +336,15 @@ def roundtrip(resp, kio_type):
 def test_api_versions_feature_fields_survive_the_wire(version, module):
     """The fields splat into a kio ApiVersions response, encode as tagged fields and decode back:
     finalized = metadata.version + the other finalized features (min = max = level), epoch = the
-    image's last offset; v3 omits kraft.version (minimum 0, KAFKA-17011), v4 keeps it."""
+    image's last offset; v3 omits kraft.version and eligible.leader.replicas.version (minimum 0,
+    KAFKA-17011), v4 keeps them."""
     image = build([feature(MV, L["3.9-IV0"]), feature("group.version", 1), broker(0)])
     fields = F.api_versions_feature_fields(image, F.supported_features(), version=version)
     resp = module.ApiVersionsResponse(error_code=ErrorCode.none, api_keys=(), throttle_time=datetime.timedelta(0), **fields)
     back = roundtrip(resp, module.ApiVersionsResponse)
     supported, finalized, epoch = cmd.features_of(back)
-    expected = [("metadata.version", 4, 26)] + ([("kraft.version", 0, 0)] if version >= 4 else [])
+    expected = [("metadata.version", 4, 26)] + ([("kraft.version", 0, 0), ("eligible.leader.replicas.version", 0, 1)]
+                                                if version >= 4 else [])
     assert sorted(supported) == sorted(expected)
     assert finalized == {MV: 21, "group.version": 1} and epoch == 2
     assert all(k.min_version_level == k.max_version_level for k in back.finalized_features)

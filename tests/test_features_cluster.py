@@ -2,7 +2,9 @@
 brokers at 4.1-IV0 whose registrations carry log directory ids, driven by the `kraftlog features` CLI.
 
 - describe shows metadata.version finalized at 4.1-IV0 with the supported range;
-- a SAFE downgrade to 3.7-IV0 is refused naming the lost field, and nothing changes;
+- with ELR on (KIP-966) and a broker fenced once, partitions carry eligible leader replicas;
+- a SAFE downgrade to 3.7-IV0 is refused naming the lost fields (registrations' log dirs, the
+  partitions' ELR), and nothing changes; metadata.version alone cannot go below ELR's level;
 - a downgrade below 3.7-IV0 is refused;
 - an UNSAFE downgrade to 3.7-IV0 proceeds: every node (controllers and brokers) writes a snapshot
   at 3.7-IV0 at once and reloads from it; each node's image then equals the image written at
@@ -104,11 +106,27 @@ def test_downgrade_safe_unsafe_floor_old_node_and_upgrade_back(fc):
     mv_line = next(line for line in out.stdout.splitlines() if line.startswith("Feature: metadata.version"))
     assert "FinalizedVersionLevel: 4.1-IV0" in mv_line and "SupportedMaxVersion: 4.1-IV0" in mv_line
 
-    # SAFE downgrade: refused, naming the field 3.7-IV0 cannot hold; nothing changes
+    # ELR (KIP-966) on, topics with min.insync.replicas=2, and broker 102 fenced once: the
+    # partitions' ISR shrinks below 2 and 102 becomes an eligible leader replica (ELR values)
+    out = _kraftlog("features", "upgrade", "--bootstrap-controller", boot, "--feature",
+                    "eligible.leader.replicas.version=1")
+    assert out.returncode == 0, (out.stdout, out.stderr)
+    asyncio.run(_elr_partitions(fc))
+
+    # ELR still on: metadata.version cannot go below ELR's 4.0-IV1, even unsafe
+    out = _kraftlog("features", "downgrade", "--bootstrap-controller", boot, "--metadata-version", "3.7-IV0",
+                    "--unsafe")
+    assert out.returncode == 1 and "eligible.leader.replicas.version" in out.stdout, (out.stdout, out.stderr)
+    out = _kraftlog("features", "disable", "--bootstrap-controller", boot, "--feature", "eligible.leader.replicas.version")
+    assert out.returncode == 0, (out.stdout, out.stderr)
+
+    # SAFE downgrade: refused, naming the fields 3.7-IV0 cannot hold; nothing changes
     out = _kraftlog("features", "downgrade", "--bootstrap-controller", boot, "--metadata-version", "3.7-IV0")
     assert out.returncode == 1
-    # the brokers registered their log directory ids (RegisterBrokerRecord v3, 3.7-IV2): 3.7-IV0 drops them
+    # the brokers registered their log directory ids (RegisterBrokerRecord v3, 3.7-IV2) and the
+    # partitions hold ELR (PartitionRecord v2, 4.0-IV1): 3.7-IV0 drops both
     assert "would lose metadata" in out.stdout and "RegisterBrokerRecord.LogDirs" in out.stdout, out.stdout
+    assert "PartitionRecord.EligibleLeaderReplicas" in out.stdout, out.stdout
     assert "1 out of 1 operation(s) failed." in out.stderr, out.stderr
     # below the floor: refused even when unsafe
     out = _kraftlog("features", "downgrade", "--bootstrap-controller", boot, "--metadata-version", "3.6-IV2",
@@ -161,7 +179,9 @@ def test_downgrade_safe_unsafe_floor_old_node_and_upgrade_back(fc):
     for i, image in images.items():
         assert image.features.metadata_version == versions.LEVELS["3.7-IV0"], i
         parts = [p for name in image.topics.topic_names() for p in image.topics.partitions_of(name)]
-        assert len(parts) == 80 and all(p.directories == () for p in parts), i
+        assert len(parts) == 90 and all(p.directories == () for p in parts), i
+        assert all(p.eligible_leader_replicas == () and p.last_known_elr == () for p in parts), i
+        assert image.features.level("eligible.leader.replicas.version") == 0, i
         assert len(image.cluster.brokers) == 2 and all(not b.log_dirs for b in image.cluster.brokers.values()), i
         # every controller registered itself (RegisterControllerRecord), with its feature ranges
         assert sorted(image.cluster.controllers) == [1, 2, 3], i
@@ -170,6 +190,40 @@ def test_downgrade_safe_unsafe_floor_old_node_and_upgrade_back(fc):
     first = summary(images[1])
     for i in (2, 3, *BROKERS):
         assert summary(images[i]) == first, i
+
+
+async def _elr_partitions(f: FeatureCluster) -> None:
+    """Topics elr0..elr4 (2 partitions, RF 2, min.insync.replicas=2), then broker 102 silenced until
+    the controller fences it (ISR [101] < 2: 102 moves to the ELR) and back until unfenced."""
+    from kio.schema.create_topics.v7 import request as ct_req
+    from kio.schema.create_topics.v7 import response as ct_resp
+    from kio.schema.errors import ErrorCode
+    from kio.static.primitive import i16, i32
+
+    from tests.test_node_brokers import _ask
+
+    conns = Conns(f.c)
+    try:
+        req = ct_req.CreateTopicsRequest(topics=tuple(ct_req.CreatableTopic(
+            name=f"elr{n}", num_partitions=i32(2), replication_factor=i16(2), assignments=(),
+            configs=(ct_req.CreatableTopicConfig(name="min.insync.replicas", value="2"),)) for n in range(5)))
+
+        async def created():
+            for i in (1, 2, 3):
+                r = await _ask(await conns.get(i), 19, 7, req, ct_resp.CreateTopicsResponse, 10)
+                if all(t.error_code == ErrorCode.none for t in r.topics):
+                    return True
+            return False
+
+        await _until(created, 20, "the ELR topics created")
+        os.kill(f.c.procs[102].pid, signal.SIGSTOP)
+        try:
+            await _until(lambda: _all_live(conns, 101, {101}), 20, "broker 102 fenced")
+        finally:
+            os.kill(f.c.procs[102].pid, signal.SIGCONT)
+        await _until(lambda: _all_live(conns, 101, set(BROKERS)), 20, "broker 102 unfenced")
+    finally:
+        await conns.close()
 
 
 async def _wait_live(f: FeatureCluster) -> None:

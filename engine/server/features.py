@@ -54,6 +54,7 @@ UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3  # UpdateFeatures v1 Upgrade
 UPGRADE_TYPE_NAMES = {UPGRADE: "UPGRADE", SAFE_DOWNGRADE: "SAFE_DOWNGRADE", UNSAFE_DOWNGRADE: "UNSAFE_DOWNGRADE"}
 
 KRAFT_VERSION = "kraft.version"
+ELR_VERSION = "eligible.leader.replicas.version"  # KIP-966
 # Our Raft has a static voter set: kraft.version 0 only (level 1 is KIP-853's dynamic quorum,
 # finalized through KRaftVersionRecord control records, which this build does not write).
 KRAFT_VERSION_MAX = 0
@@ -62,7 +63,7 @@ KRAFT_VERSION_MAX = 0
 # 3.3-IV0"). eligible.leader.replicas.version 1 puts ELR fields in PartitionRecord /
 # PartitionChangeRecord, which only their v2 (4.0-IV1) carries.
 DEPENDENCIES: dict[tuple[str, int], int] = {
-    ("eligible.leader.replicas.version", 1): versions.ELIGIBLE_LEADER_REPLICAS,
+    (ELR_VERSION, 1): versions.ELIGIBLE_LEADER_REPLICAS,
 }
 
 # ZkMigrationStateRecord values whose migration is in progress (Kafka's ZkMigrationState
@@ -76,11 +77,15 @@ Supported = Sequence[tuple[str, int, int]]  # (feature, min level, max level)
 def supported_features(max_metadata_version: int | None = None) -> list[tuple[str, int, int]]:
     """The features this build supports, as (name, min, max), sorted by name: metadata.version from
     the lowest level the image writer can write (3.3-IV0) to ``max_metadata_version`` (default: the
-    latest level we know; tests pass a lower one to play an old node), and kraft.version 0."""
+    latest level we know; tests pass a lower one to play an old node), kraft.version 0, and
+    eligible.leader.replicas.version 0..1 (the controller keeps ELR by KIP-966's rules,
+    engine/server/replication.py) where the metadata.version range reaches 4.0-IV1, its first level."""
     high = versions.LATEST if max_metadata_version is None else max_metadata_version
     if not versions.MINIMUM_BOOTSTRAP <= high <= versions.LATEST:
         raise ValueError(f"max_metadata_version {high} is outside {versions.MINIMUM_BOOTSTRAP}..{versions.LATEST}")
-    return [(KRAFT_VERSION, 0, KRAFT_VERSION_MAX), (METADATA_VERSION, versions.MINIMUM_BOOTSTRAP, high)]
+    elr_max = 1 if high >= versions.ELIGIBLE_LEADER_REPLICAS else 0
+    return [(ELR_VERSION, 0, elr_max), (KRAFT_VERSION, 0, KRAFT_VERSION_MAX),
+            (METADATA_VERSION, versions.MINIMUM_BOOTSTRAP, high)]
 
 
 # ---- planning an update ---------------------------------------------------------------------------
