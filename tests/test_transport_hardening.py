@@ -383,6 +383,7 @@ class _Node:
 
     def __init__(self, cluster: _OneNode):
         self.cluster = cluster
+        self._since: dict[int, int] = {}  # port -> length of the node's stderr when we connected from it
         self.address = cluster.addresses[1]
         self.keeper = socket.create_connection(self.address)  # open for the whole module
         self.keeper.settimeout(5)
@@ -398,14 +399,21 @@ class _Node:
     def stderr(self) -> str:
         return self.cluster.stderr_of(1)
 
+    def connect(self) -> socket.socket:
+        """A new connection; only the node's log lines written from now on count for its port (the
+        module makes thousands of connections, and the kernel reuses ephemeral ports)."""
+        s = socket.create_connection(self.address)
+        self._since[s.getsockname()[1]] = len(self.stderr())
+        return s
+
     def lines_for(self, port: int) -> list[str]:
         needle = f"127.0.0.1:{port}:"
-        return [line for line in self.stderr().splitlines() if needle in line]
+        return [line for line in self.stderr()[self._since.get(port, 0):].splitlines() if needle in line]
 
     def send(self, data: bytes, *, half_close: bool = True, timeout_s: float = 5) -> tuple[int, bytes, float]:
         """Send ``data`` on a new connection (then half-close), read until the node closes:
         (our port, what came back, seconds until EOF)."""
-        with socket.create_connection(self.address) as s:
+        with self.connect() as s:
             s.settimeout(timeout_s)
             port = s.getsockname()[1]
             started = time.monotonic()
@@ -532,7 +540,7 @@ def test_api_versions_of_an_unserved_version_is_answered_with_the_served_range(n
     from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 
     for version, correlation_id in ((0, 21), (99, 22)):
-        with socket.create_connection(node.address) as s:
+        with node.connect() as s:
             s.settimeout(5)
             port = s.getsockname()[1]
             s.sendall(_raw_request(18, version, b"")[:8] + struct.pack(">i", correlation_id)
@@ -553,7 +561,7 @@ def test_many_half_sent_frames_block_nobody(node):
     held = []
     try:
         for i in range(60):
-            s = socket.create_connection(node.address)
+            s = node.connect()
             s.sendall(struct.pack(">i", 50 + i) + b"\x00\x12" + b"\x00" * (i % 7))
             held.append(s)
         node.assert_serving(99)
