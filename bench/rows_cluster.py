@@ -445,21 +445,9 @@ async def _connect(address: tuple[str, int]):
 
 
 async def _wait_for(predicate, timeout_s: float, what: str):
-    from kraftlog.engine.server.raftnode import ClientError
+    from kraftlog.engine.server.localcluster import wait_until
 
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout_s
-    last = None
-    while loop.time() < end:
-        try:
-            last = await predicate()
-        except (OSError, ClientError, TimeoutError) as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        await asyncio.sleep(0.05)
-    raise RuntimeError(f"{what} not reached within {timeout_s} s (last: {last!r})")
+    return await wait_until(predicate, timeout_s, what, error=RuntimeError)
 
 
 def _create_request(names: list[str]):

@@ -38,6 +38,7 @@ from kio.schema.metadata.v12 import response as md_resp
 from kio.static.primitive import i16, i32
 
 from kraftlog.engine.server import cli
+from kraftlog.engine.server.localcluster import wait_until as _until
 from kraftlog.engine.server.metadata_answer import EpochMetadataResponse
 from kraftlog.engine.server.raftnode import ClientError, _ClientConnection
 from kraftlog.errors import KraftlogError
@@ -77,22 +78,6 @@ def cluster(tmp_path):
         yield c
     finally:
         c.close()
-
-
-async def _until(predicate, timeout_s: float, what: str):
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout_s
-    last = None
-    while loop.time() < end:
-        try:
-            last = await predicate()
-        except (OSError, ClientError, TimeoutError) as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{what} not reached within {timeout_s} s (last: {last!r})")
 
 
 class Conns:

@@ -9,6 +9,7 @@ Subclasses say how to start node ``i`` (``command``).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -99,3 +100,24 @@ class LocalCluster:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+async def wait_until(predicate, timeout_s: float, what: str, *, error: type[Exception] = AssertionError):
+    """Poll ``predicate`` (async) every 50 ms until it returns something true, and return that. A
+    predicate that raises OSError, ClientError or TimeoutError (a node restarting, a connection
+    lost) counts as not yet. ``error`` (naming ``what`` and the last value or failure) at the deadline."""
+    from kraftlog.engine.server.raftnode import ClientError
+
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    last = None
+    while loop.time() < end:
+        try:
+            last = await predicate()
+        except (OSError, ClientError, TimeoutError) as exc:
+            last = exc
+        else:
+            if last:
+                return last
+        await asyncio.sleep(0.05)
+    raise error(f"{what} not reached within {timeout_s} s (last: {last!r})")
