@@ -138,6 +138,21 @@ def test_upgrade_supported_everywhere_writes_one_feature_level_record():
     assert replay_values(image, records).features.metadata_version == 26
 
 
+def test_an_unregistered_quorum_controller_blocks_every_update_from_3_7_iv0():
+    """Quorum 1-4, local controller 1, controllers 2 and 3 registered: controller 4's support is
+    unknown, so every update is refused naming it and nothing is written; once 4 registers the
+    same update passes. Below 3.7-IV0 (no registrations exist) the quorum is not consulted."""
+    image = cluster(L["3.9-IV0"])
+    results, records = plan(image, (MV, 26, F.UPGRADE), ("group.version", 0, F.UPGRADE), quorum=(1, 2, 3, 4))
+    assert [r.error_code for r in results] == [ErrorCode.invalid_update_version] * 2 and records == []
+    assert all("controller(s) 4 of the quorum have not registered" in r.message for r in results)
+    results, records = plan(build([controller(4)], image), (MV, 26, F.UPGRADE), quorum=(1, 2, 3, 4))
+    assert results[0].error_code == ErrorCode.none and written(records) == [(MV, 26)]
+    old = cluster(L["3.6-IV2"], controllers=())
+    results, _ = plan(old, (MV, L["3.7-IV0"], F.UPGRADE), quorum=(1, 2, 3, 4))
+    assert results[0].error_code == ErrorCode.none
+
+
 @pytest.mark.parametrize("old, label", [(broker(2, mv_max=L["4.0-IV3"]), "broker 2"),
                                         (controller(3, mv_max=L["4.0-IV3"]), "controller 3")])
 def test_upgrade_beyond_a_registered_node_is_refused_naming_it(old, label):

@@ -6,7 +6,8 @@ one async handler that runs them under the controller's write lock.
 
 UpdateFeatures v1 semantics (Kafka's FeatureControlManager, plus KIP-1155 metadata.version
 downgrades), checked per feature in this order; a failed feature writes nothing, the others still
-do (Kafka's partial success: the CLI reports "N out of M operation(s) failed"):
+do (Kafka's partial success: the CLI reports "N out of M operation(s) failed"). Before any of it:
+from 3.7-IV0, a quorum controller that has not registered refuses the whole request.
     1. the upgrade type is 1 UPGRADE, 2 SAFE_DOWNGRADE or 3 UNSAFE_DOWNGRADE; the level is >= 0
        (0 disables a feature; metadata.version cannot be disabled);
     2. the local controller, every registered broker and every other registered controller
@@ -153,13 +154,20 @@ def _nodes(image: MetadataImage, local_id: int | None, local_supported: Supporte
 
 
 def plan_update(image: MetadataImage, updates: Iterable[FeatureUpdate], *, validate_only: bool,
-                local_supported: Supported | None = None,
-                local_id: int | None = None) -> tuple[list[FeatureResult], list[bytes]]:
+                local_supported: Supported | None = None, local_id: int | None = None,
+                quorum: Iterable[int] = ()) -> tuple[list[FeatureResult], list[bytes]]:
     """Judge ``updates`` against ``image`` (see the module docstring for the rules): one result per
     update, in request order, and the encoded FeatureLevelRecords to write (none when
     ``validate_only``). ``local_supported`` is what this controller's software supports (default:
-    ``supported_features()``); ``local_id`` names it in messages."""
+    ``supported_features()``); ``local_id`` names it in messages. ``quorum``: the controllers'
+    ids; from 3.7-IV0 (controller registrations) every one but this controller must have
+    registered, or nothing can be judged for it and every update is refused (Kafka's rule)."""
     updates = list(updates)
+    missing = _unregistered_controllers(image, quorum, local_id)
+    if missing:
+        why = (f"controller(s) {', '.join(map(str, missing))} of the quorum have not registered yet, so their "
+               "supported feature levels are unknown; retry once they have")
+        return [FeatureResult(u.feature, ErrorCode.invalid_update_version, why) for u in updates], []
     local_supported = supported_features() if local_supported is None else local_supported
     counts: dict[str, int] = {}
     for u in updates:
@@ -189,6 +197,12 @@ def plan_update(image: MetadataImage, updates: Iterable[FeatureUpdate], *, valid
     if validate_only:
         return results, []
     return results, [record for _, record in sorted(ordered, key=lambda item: item[0])]
+
+
+def _unregistered_controllers(image: MetadataImage, quorum: Iterable[int], local_id: int | None) -> list[int]:
+    if image.features.metadata_version < versions.CONTROLLER_REGISTRATION:
+        return []  # no controller registrations below 3.7-IV0: only the local controller is known
+    return sorted(c for c in quorum if c != local_id and c not in image.cluster.controllers)
 
 
 def _check(image: MetadataImage, u: FeatureUpdate, proposed: dict[str, int], local_supported: Supported,
@@ -370,7 +384,7 @@ async def handle_update_features(controller, req: kupdate_req.UpdateFeaturesRequ
             results, records = await asyncio.to_thread(
                 plan_update, image, updates, validate_only=bool(req.validate_only),
                 local_supported=getattr(controller, "supported_features", None) or supported_features(),
-                local_id=controller.node_id)
+                local_id=controller.node_id, quorum=_quorum_of(controller))
             mv = next((r for r in results if r.feature == METADATA_VERSION and r.ok), None)
             if records:
                 if mv is not None and mv.losses:
@@ -385,3 +399,9 @@ async def handle_update_features(controller, req: kupdate_req.UpdateFeaturesRequ
         except TimeoutError:
             return _all_failed(updates, ErrorCode.request_timed_out, "the update was not committed in time")
     return _response(results)
+
+
+def _quorum_of(controller) -> tuple[int, ...]:
+    """The voter ids of ``controller``'s Raft quorum (none known: nothing to wait for)."""
+    core = getattr(getattr(controller, "driver", None), "core", None)
+    return tuple(sorted(getattr(core, "voters", ()) or ()))
