@@ -90,6 +90,7 @@ from kraftlog.engine.server.features import (
 from kraftlog.engine.server.metadata_answer import answer_metadata
 from kraftlog.engine.server.raftnode import RaftNode, parse_voters
 from kraftlog.engine.server.raftnode import serve as serve_node
+from kraftlog.engine.server.tools.imageload import SNAPSHOT_DIRNAME  # the LMDB store in the metadata log dir
 from kraftlog.engine.snapshot.store import SnapshotStore
 from kraftlog.errors import KraftlogError
 from kraftlog.raft import wire
@@ -101,9 +102,9 @@ from kraftlog.raft.messages import DescribeQuorumRequest
 log = logging.getLogger("kraftlog.node")
 
 METADATA_LOG_DIRNAME = "__cluster_metadata-0"  # as engine/server/tools/common.py names it
-SNAPSHOT_DIRNAME = "snapshots"  # the LMDB environment, inside the metadata log directory
 ROLE_CONTROLLER, ROLE_BROKER = "controller", "broker"
-# what a node with the controller role serves beyond raft (a broker serves Metadata only)
+# what a node serves beyond raft: a controller all of these; a broker Metadata and
+# OffsetsForLeaderEpoch (and DescribeQuorum, forwarded to the active controller)
 NODE_CONTROLLER_APIS = {**CONTROLLER_APIS, API_UPDATE_FEATURES: UPDATE_FEATURES_API,
                         API_CONTROLLER_REGISTRATION: CONTROLLER_REGISTRATION_API,
                         API_OFFSETS_FOR_LEADER_EPOCH: OFFSETS_FOR_LEADER_EPOCH_API}
