@@ -191,7 +191,8 @@ class FileSnapshotStore:
     """SnapshotStore (raft/protocols.py) as files named like Kafka's checkpoints:
     ``<end offset %020d>-<epoch %010d>.checkpoint``, written as ``.part`` and renamed when
     finished (after fsync of the file and the directory). The bytes are the state machine's,
-    opaque here. Stand-in until engine/snapshot's LMDB store is wired in."""
+    opaque here. Used by the bare raft node (raftnode.py: its counting state machine has no image);
+    metadata nodes (node.py) use engine/snapshot's LMDB store, which speaks the same protocol."""
 
     def __init__(self, directory: str | os.PathLike):
         self.directory = os.fspath(directory)
