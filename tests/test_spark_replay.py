@@ -1,8 +1,9 @@
 """Proves the Spark pipeline's batch side on real Spark (local[2]): the `kraftlog` data source reads
 every record of a multi-segment log directory as Arrow rows equal to the generic codec's decoding;
 the distributed replay equals the single-node loader's image row for row (partitions with their
-epochs, topics with KIP-232 epochs, brokers, features, configs) on a generated log with churn,
-deleted and re-created topics, broker changes and transactions; a fleet of three clusters is
+epochs, adding/removing replicas, ELR, last-known ELR and directories, topics with KIP-232 epochs,
+brokers, features, configs) on a generated log with churn, deleted and re-created topics, replica
+reassignments with and without directories, broker changes and transactions; a fleet of three clusters is
 replayed per cluster; pushed-down filters prune rows exactly; a corrupt segment fails the job
 naming the file and position, or with onCorrupt=skip is skipped and counted."""
 
@@ -70,7 +71,48 @@ def extra_records() -> list[bytes]:
         _rec("PartitionChangeRecord", 0, {"PartitionId": 1, "TopicId": b, "Leader": 0}),
         _rec("EndTransactionRecord", 0, {}),
     ]
-    return out
+    return out + extras_records()
+
+
+def extras_records() -> list[bytes]:
+    """Partition fields only the ``json`` column carries: directories (set, all MIGRATING, mixed,
+    carried over replica changes with UNASSIGNED for new replicas, set with and without a replica
+    change), adding / removing replicas (kept across a replica change, cleared by an empty list),
+    ELR and last-known ELR (set, emptied, reset by a new PartitionRecord), a change before the
+    latest PartitionRecord (ignored), and one inside an aborted transaction (dropped)."""
+    t = uuid.UUID(int=0xD4)
+    d1, d2, d3 = (uuid.UUID(int=(0x5EED << 64) | k) for k in (1, 2, 3))
+    m = uuid.UUID(int=0)  # Kafka's DirectoryId.MIGRATING
+    part = {"TopicId": t, "Isr": [0], "Leader": 0, "LeaderEpoch": 0, "PartitionEpoch": 0}
+
+    def change(pid: int, version: int, **fields) -> bytes:
+        return _rec("PartitionChangeRecord", version, {"TopicId": t, "PartitionId": pid, **fields})
+
+    return [
+        _rec("TopicRecord", 0, {"Name": "extras", "TopicId": t}),
+        _rec("PartitionRecord", 2, {**part, "PartitionId": 0, "Replicas": [0, 1, 2], "Directories": [d1, d2, d3],
+                                    "EligibleLeaderReplicas": [1], "LastKnownElr": [2]}),
+        _rec("PartitionRecord", 1, {**part, "PartitionId": 1, "Replicas": [1, 2, 3], "Directories": [m, m, m],
+                                    "RemovingReplicas": [3], "AddingReplicas": [1]}),
+        _rec("PartitionRecord", 2, {**part, "PartitionId": 2, "Replicas": [2, 3, 0], "Directories": [d1, m, d2]}),
+        _rec("PartitionRecord", 2, {**part, "PartitionId": 3, "Replicas": [0, 1], "Directories": [d1, d2],
+                                    "EligibleLeaderReplicas": [0]}),
+        change(0, 2, Replicas=[0, 1, 3], AddingReplicas=[3], RemovingReplicas=[2]),  # carry: 3 -> UNASSIGNED
+        change(0, 2, EligibleLeaderReplicas=[], LastKnownElr=[0, 1]),
+        change(0, 1, Replicas=[1, 3], Isr=[1]),  # carry again; adding / removing stay
+        change(1, 1, Replicas=[1, 2, 4]),  # all MIGRATING stays so
+        change(1, 1, Directories=[d3, d3, d1], RemovingReplicas=[]),
+        change(2, 1, Replicas=[2, 3, 5], Directories=[d2, d2, d2]),
+        change(2, 1, Directories=[m, m, m]),
+        change(2, 1, Replicas=[2, 3]),
+        change(2, 0, Leader=3),
+        change(3, 2, Directories=[d3, d3], EligibleLeaderReplicas=[1], Leader=1),
+        _rec("PartitionRecord", 2, {**part, "PartitionId": 3, "Replicas": [1, 0], "Directories": [d2, d1]}),
+        change(3, 2, LastKnownElr=[1]),
+        _rec("BeginTransactionRecord", 0, {"Name": "aborted-extras"}),
+        change(3, 2, Directories=[d3, d3], AddingReplicas=[4]),
+        _rec("AbortTransactionRecord", 0, {}),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +133,9 @@ def image_tables(image) -> dict[str, set]:
         topics.add((tid, name, view.partition_count, view.topic_epoch))
         for p in t.partitions_of(name):
             partitions.add((tid, name, p.partition_id, p.leader, p.leader_epoch, p.partition_epoch,
-                            p.leader_recovery_state, tuple(p.replicas), tuple(p.isr)))
+                            p.leader_recovery_state, tuple(p.replicas), tuple(p.isr), tuple(p.removing_replicas),
+                            tuple(p.adding_replicas), tuple(p.eligible_leader_replicas), tuple(p.last_known_elr),
+                            tuple(uuid_to_kafka(d) for d in p.directories)))
     brokers = {(b.broker_id, b.epoch, b.rack, b.fenced, b.in_controlled_shutdown)
                for b in image.cluster.brokers.values()}
     features = {(k, v) for k, v in image.features.finalized.items()}
@@ -104,7 +148,8 @@ def image_tables(image) -> dict[str, set]:
 COLUMNS = {
     "topics": ["topic_id", "topic_name", "partition_count", "topic_epoch"],
     "partitions": ["topic_id", "topic_name", "partition", "leader", "leader_epoch", "partition_epoch",
-                   "leader_recovery_state", "replicas", "isr"],
+                   "leader_recovery_state", "replicas", "isr", "removing_replicas", "adding_replicas",
+                   "eligible_leader_replicas", "last_known_elr", "directories"],
     "brokers": ["broker_id", "broker_epoch", "rack", "fenced", "in_controlled_shutdown"],
     "features": ["feature_name", "feature_level"],
     "configs": ["config_resource_type", "config_resource_name", "config_name", "config_value"],
@@ -119,6 +164,26 @@ def spark_tables(frames: dict) -> dict[str, dict[str, set]]:
             row = tuple(tuple(v) if isinstance(v, list) else v for v in r[1:])
             out.setdefault(r.cluster, {n: set() for n in COLUMNS})[name].add(row)
     return out
+
+
+def _kid(k: int) -> str:
+    return uuid_to_kafka(uuid.UUID(int=(0x5EED << 64) | k))
+
+
+UNASSIGNED = uuid_to_kafka(uuid.UUID(int=1))
+# extras_records' final partitions worked out by hand from Kafka's PartitionRegistration.merge:
+# partition -> (replicas, removing, adding, ELR, last-known ELR, directories)
+EXTRAS_BY_KAFKA_RULES = {
+    0: ((1, 3), (2,), (3,), (), (0, 1), (_kid(2), UNASSIGNED)),
+    1: ((1, 2, 4), (), (1,), (), (), (_kid(3), _kid(3), _kid(1))),
+    2: ((2, 3), (), (), (), (), ()),
+    3: ((1, 0), (), (), (), (1,), (_kid(2), _kid(1))),
+}
+
+
+def extras_columns(partitions: set) -> dict:
+    """The "extras" topic's rows (spark_tables form) as EXTRAS_BY_KAFKA_RULES values."""
+    return {row[2]: (row[7], *row[9:]) for row in partitions if row[1] == "extras"}
 
 
 def test_the_log_has_several_segments(log_dir):
@@ -180,6 +245,7 @@ def test_distributed_replay_equals_the_single_node_loader(spark, log_dir, tmp_pa
     assert counts["partitions"] == len(want["partitions"]) > PARTITIONS // 2
     names = {t[1] for t in got["topics"]}
     assert "again" in names and "never" not in names  # re-created topic kept, aborted one dropped
+    assert extras_columns(got["partitions"]) == EXTRAS_BY_KAFKA_RULES
     frames["records"].unpersist()
 
 

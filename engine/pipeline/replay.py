@@ -13,6 +13,15 @@ clusters (every key starts with ``cluster``). Rules, the same as MetadataDelta's
                 the leader epoch moves by one per leader change, the partition epoch by one per
                 change record. Field by field, the last change that names the field wins
                 (max_by over the offset, null orderings ignored). Partitions of deleted topics go.
+                removing / adding replicas, ELR and last-known ELR come from the ``json`` column
+                of extras rows (hot rows have none: a PartitionRecord's are empty, a change's
+                unchanged); in a change null = unchanged, and a replica change alone leaves them
+                as they are (Kafka's PartitionRegistration.merge). directories (Kafka's base64url
+                uuid text; empty = every replica MIGRATING, also when every entry is MIGRATING)
+                are folded over the partition's few directory events in offset order: a change
+                with non-empty Directories sets them; one with Replicas and no Directories keeps
+                a kept replica's directory and gives a new one UNASSIGNED, except that all
+                MIGRATING stays all MIGRATING (the single-node loader's rule, topics.py).
     brokers     the last RegisterBrokerRecord is the base; FenceBroker / UnfenceBroker /
                 BrokerRegistrationChange records after it set fenced (the last one wins) and
                 in-controlled-shutdown (once set it stays); UnregisterBrokerRecord at the
@@ -25,8 +34,7 @@ Transactions: records between a BeginTransactionRecord and its AbortTransactionR
 a Begin that never ends, are dropped (the markers are few: collected to the driver, turned into
 offset ranges and anti-joined).
 
-Not replayed: directories, ELR / last-known ELR and adding/removing replicas (the raw rows have
-them in ``json``); client quotas, ACLs, SCRAM, delegation tokens, producer ids.
+Not replayed: client quotas, ACLs, SCRAM, delegation tokens, producer ids.
 """
 
 from __future__ import annotations
@@ -45,6 +53,14 @@ REPLAY_TYPES = (*TOPIC_TYPES, *PARTITION_TYPES, *BROKER_TYPES, "FeatureLevelReco
 TABLES = ("topics", "partitions", "brokers", "features", "configs")
 METADATA_VERSION = "metadata.version"
 NO_LEADER_CHANGE = -2
+MIGRATING_DIRECTORY = "AAAAAAAAAAAAAAAAAAAAAA"  # Kafka's DirectoryId.MIGRATING = Uuid(0, 0), base64url
+UNASSIGNED_DIRECTORY = "AAAAAAAAAAAAAAAAAAAAAQ"  # DirectoryId.UNASSIGNED = Uuid(0, 1)
+# The partition fields only extras rows carry, read from their ``json`` (kafka-dump-log form:
+# camelCase names under "data"; a change record omits a null field, so absent = unchanged).
+EXTRA_LIST_FIELDS = (("removing_replicas", "removingReplicas"), ("adding_replicas", "addingReplicas"),
+                     ("eligible_leader_replicas", "eligibleLeaderReplicas"), ("last_known_elr", "lastKnownElr"))
+_EXTRAS_SCHEMA = ("data STRUCT<" + ", ".join(f"{j}: ARRAY<INT>" for _, j in EXTRA_LIST_FIELDS)
+                  + ", directories: ARRAY<STRING>>")
 
 
 def read_for_replay(spark, paths, *, on_corrupt: str = "fail"):
@@ -104,7 +120,8 @@ def replay(raw) -> dict:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    records = raw.where(F.col("record_type").isin(*REPLAY_TYPES)).drop("json").persist(StorageLevel.MEMORY_AND_DISK)
+    records = (_with_partition_extras(raw.where(F.col("record_type").isin(*REPLAY_TYPES))).drop("json")
+               .persist(StorageLevel.MEMORY_AND_DISK))
     recs = committed(records)
     topics = _topics(recs)
     return {"topics": topics, "partitions": _partitions(recs, topics), "brokers": _brokers(recs),
@@ -131,28 +148,52 @@ def _topics(recs):
                     F.greatest("created_offset", F.coalesce("partition_offset", F.lit(-1))).alias("topic_epoch")))
 
 
+def _with_partition_extras(recs):
+    """``recs`` with removing_replicas, adding_replicas, eligible_leader_replicas, last_known_elr
+    and directories parsed from the ``json`` of partition extras rows (null elsewhere). Parsed
+    before the persist so the cache holds a few arrays instead of the JSON text."""
+    from pyspark.sql import functions as F
+
+    extras = F.col("record_type").isin(*PARTITION_TYPES) & F.col("json").isNotNull()
+    data = F.from_json(F.when(extras, F.col("json")), _EXTRAS_SCHEMA).getField("data")
+    dirs = data.getField("directories")
+    # Kafka: an absent or empty Directories means unchanged in a change (every replica MIGRATING
+    # in a PartitionRecord, which _partitions' base makes of a null); all MIGRATING is kept as [].
+    all_migrating = F.forall(dirs, lambda d: d == F.lit(MIGRATING_DIRECTORY))
+    directories = (F.when(F.size(dirs) <= 0, F.lit(None))
+                   .when(all_migrating, F.array().cast("array<string>")).otherwise(dirs))
+    return recs.select("*", *(data.getField(j).alias(c) for c, j in EXTRA_LIST_FIELDS),
+                       directories.alias("directories"))
+
+
 def _partitions(recs, topics):
     from pyspark.sql import functions as F
 
     keys = ["cluster", "topic_id", "partition"]
+    empty_ints, empty_strings = F.array().cast("array<int>"), F.array().cast("array<string>")
+    extra_cols = [c for c, _ in EXTRA_LIST_FIELDS]
+    # A PartitionRecord names every field: absent lists (hot rows, or ELR before v2) are empty.
     base = (recs.where(F.col("record_type") == "PartitionRecord")
+            .select(*keys, "offset", "leader", "leader_epoch", "partition_epoch", "leader_recovery_state",
+                    "replicas", "isr", *(F.coalesce(c, empty_ints).alias(c) for c in extra_cols),
+                    F.coalesce("directories", empty_strings).alias("directories"))
             .groupBy(*keys)
             .agg(F.max("offset").alias("base_offset"),
                  F.max_by(F.struct("leader", "leader_epoch", "partition_epoch", "leader_recovery_state",
-                                   "replicas", "isr"), "offset").alias("b")))
+                                   "replicas", "isr", *extra_cols, "directories"), "offset").alias("b")))
     changes = (recs.where(F.col("record_type") == "PartitionChangeRecord")
-               .select(*keys, "offset", "leader", "leader_recovery_state", "replicas", "isr")
+               .select(*keys, "offset", "leader", "leader_recovery_state", "replicas", "isr", *extra_cols,
+                       "directories")
                .join(base.select(*keys, "base_offset"), keys)
                .where(F.col("offset") > F.col("base_offset")))
     moved = F.col("leader") != NO_LEADER_CHANGE
+    directory_event = F.col("replicas").isNotNull() | F.col("directories").isNotNull()
     merged = changes.groupBy(*keys).agg(
         F.count("*").alias("n_changes"),
         F.count(F.when(moved, 1)).alias("n_leader_changes"),
         F.max_by("leader", F.when(moved, F.col("offset"))).alias("c_leader"),
-        F.max_by("leader_recovery_state", F.when(F.col("leader_recovery_state").isNotNull(), F.col("offset")))
-        .alias("c_lrs"),
-        F.max_by("replicas", F.when(F.col("replicas").isNotNull(), F.col("offset"))).alias("c_replicas"),
-        F.max_by("isr", F.when(F.col("isr").isNotNull(), F.col("offset"))).alias("c_isr"),
+        *(_last_named(c) for c in ("leader_recovery_state", "replicas", "isr", *extra_cols)),
+        F.collect_list(F.when(directory_event, F.struct("offset", "replicas", "directories"))).alias("dir_events"),
     )
     return (base.join(merged, keys, "left")
             .join(topics.select("cluster", "topic_id", "topic_name"), ["cluster", "topic_id"])
@@ -162,9 +203,38 @@ def _partitions(recs, topics):
                     .alias("leader_epoch"),
                     (F.col("b.partition_epoch") + F.coalesce("n_changes", F.lit(0))).cast("int")
                     .alias("partition_epoch"),
-                    F.coalesce("c_lrs", "b.leader_recovery_state").alias("leader_recovery_state"),
-                    F.coalesce("c_replicas", "b.replicas").alias("replicas"),
-                    F.coalesce("c_isr", "b.isr").alias("isr")))
+                    *(F.coalesce(f"c_{c}", f"b.{c}").alias(c)
+                      for c in ("leader_recovery_state", "replicas", "isr", *extra_cols)),
+                    F.coalesce(_fold_directories(F.col("dir_events")), "b.directories").alias("directories")))
+
+
+def _last_named(name: str):
+    """The value of the last change naming ``name`` (null = the change leaves it unchanged)."""
+    from pyspark.sql import functions as F
+
+    return F.max_by(name, F.when(F.col(name).isNotNull(), F.col("offset"))).alias(f"c_{name}")
+
+
+def _fold_directories(events):
+    """The directories after the partition's directory events (changes with Replicas or
+    Directories), applied in offset order from the base's replicas and directories. There are
+    few per partition (reassignments, directory moves), so a fold over the collected list is cheap."""
+    from pyspark.sql import functions as F
+
+    def carry(acc, new_replicas):
+        # a kept replica keeps its directory, a new one gets UNASSIGNED; all MIGRATING ([]) stays
+        def one(r):
+            at = F.array_position(acc["r"], r)
+            return F.when(at > 0, acc["d"][(at - 1).cast("int")]).otherwise(F.lit(UNASSIGNED_DIRECTORY))
+        return F.when(F.size(acc["d"]) == 0, acc["d"]).otherwise(F.transform(new_replicas, one))
+
+    def step(acc, e):
+        explicit = e["directories"].isNotNull()
+        return F.struct(F.coalesce(e["replicas"], acc["r"]).alias("r"),
+                        F.when(explicit, e["directories"]).otherwise(carry(acc, e["replicas"])).alias("d"))
+
+    start = F.struct(F.col("b.replicas").alias("r"), F.col("b.directories").alias("d"))
+    return F.aggregate(F.array_sort(events), start, step, lambda acc: acc["d"])
 
 
 def _brokers(recs):
