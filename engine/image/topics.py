@@ -42,6 +42,7 @@ from kraftlog.errors import KraftlogError
 NO_LEADER = -1
 NO_LEADER_CHANGE = -2
 MIGRATING_DIRECTORY = uuid.UUID(int=0)  # Kafka's DirectoryId.MIGRATING = Uuid(0, 0)
+UNASSIGNED_DIRECTORY = uuid.UUID(int=1)  # Kafka's DirectoryId.UNASSIGNED = Uuid(0, 1): a new replica's
 TOPIC_EPOCH_TAG = 10_000  # our tagged field on TopicRecord in snapshots; Kafka ignores unknown tags
 
 _I32, _I64, _I8 = np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.int8)
@@ -551,11 +552,11 @@ class TopicsDelta:
         """Replicas changed without directories: a kept replica keeps its directory, a new one gets
         UNASSIGNED (Kafka's DirectoryId.createDirectoriesFrom)."""
         codes = self.partitions.get_list(prow, "directories")
-        if not codes:
-            return  # all MIGRATING before; Kafka's defaultToMigrating keeps them so
-        old = dict(zip(old_replicas, (self.directory_ids[c] for c in codes), strict=False))
-        unassigned = uuid.UUID(int=1)  # Kafka's DirectoryId.UNASSIGNED = Uuid(0, 1)
-        self._set_directories(prow, [old.get(r, unassigned) for r in new_replicas], len(new_replicas))
+        if not codes and set(new_replicas) <= set(old_replicas):
+            return  # all MIGRATING before and no new replica: all MIGRATING still (stored as empty)
+        dirs = [self.directory_ids[c] for c in codes] if codes else [MIGRATING_DIRECTORY] * len(old_replicas)
+        old = dict(zip(old_replicas, dirs, strict=False))
+        self._set_directories(prow, [old.get(r, UNASSIGNED_DIRECTORY) for r in new_replicas], len(new_replicas))
 
     # -- vectorised replay -----------------------------------------------------------------------
     def topic_id_columns(self) -> tuple[np.ndarray, np.ndarray]:
@@ -654,10 +655,7 @@ class TopicsDelta:
             raise MetadataReplayError(_where(offsets, bad[0]) + "PartitionChangeRecord for unknown partition "
                                       f"{halves_to_uuid(topic_hi[bad[0]], topic_lo[bad[0]])}:{partition_id[bad[0]]}")
         if (replica_count >= 0).any():
-            moved = np.unique(prows[replica_count >= 0])
-            dirs = self._gather_partitions(moved, "directories")
-            if (dirs >= 0).any():
-                raise MetadataReplayError("bulk_change cannot carry directories across a replica change")
+            self._check_plain_replica_changes(prows, replicas, replica_count)
         rows, records = np.unique(prows, return_counts=True)
         p = self.partitions
         p.set_many(rows, "partition_epoch", self._gather_partitions(rows, "partition_epoch") + records)
@@ -670,6 +668,21 @@ class TopicsDelta:
         self._set_last(prows, isr_count >= 0, "isr", isr)
         self._set_last(prows, replica_count >= 0, "replicas", replicas)
         self.changes.wrote(rows)
+
+    def _check_plain_replica_changes(self, prows: np.ndarray, replicas: np.ndarray, replica_count: np.ndarray) -> None:
+        """MetadataReplayError (the loader then replays the run record by record) unless every
+        replica change in the run leaves directories as they are: the partition's directories are
+        all MIGRATING, it changes replicas once in the run, and adds no replica (a new replica's
+        directory is UNASSIGNED: Kafka's createDirectoriesFrom)."""
+        moving = replica_count >= 0
+        moved, counts = np.unique(prows[moving], return_counts=True)
+        if (counts > 1).any() or (self._gather_partitions(moved, "directories") >= 0).any():
+            raise MetadataReplayError("bulk_change cannot carry directories across these replica changes")
+        new = replicas[moving]
+        old = self._gather_partitions(prows[moving], "replicas")
+        kept = (new[:, :, None] == old[:, None, :]).any(axis=2) | (new < 0)
+        if not kept.all():
+            raise MetadataReplayError("bulk_change cannot give new replicas their UNASSIGNED directories")
 
     def _set_last(self, prows: np.ndarray, mask: np.ndarray, name: str, values: np.ndarray) -> None:
         """For every partition row, write the value of the last masked record that names it."""

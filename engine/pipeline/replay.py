@@ -20,8 +20,8 @@ clusters (every key starts with ``cluster``). Rules, the same as MetadataDelta's
                 uuid text; empty = every replica MIGRATING, also when every entry is MIGRATING)
                 are folded over the partition's few directory events in offset order: a change
                 with non-empty Directories sets them; one with Replicas and no Directories keeps
-                a kept replica's directory and gives a new one UNASSIGNED, except that all
-                MIGRATING stays all MIGRATING (the single-node loader's rule, topics.py).
+                a kept replica's directory (MIGRATING when the list is empty) and gives a new one
+                UNASSIGNED (Kafka's createDirectoriesFrom, as the single-node loader does).
     brokers     the last RegisterBrokerRecord is the base; FenceBroker / UnfenceBroker /
                 BrokerRegistrationChange records after it set fenced (the last one wins) and
                 in-controlled-shutdown (once set it stays); UnregisterBrokerRecord at the
@@ -222,11 +222,15 @@ def _fold_directories(events):
     from pyspark.sql import functions as F
 
     def carry(acc, new_replicas):
-        # a kept replica keeps its directory, a new one gets UNASSIGNED; all MIGRATING ([]) stays
+        # a kept replica keeps its directory ([] = every one MIGRATING), a new one gets UNASSIGNED
+        # (Kafka's createDirectoriesFrom); a result that is all MIGRATING is kept as []
         def one(r):
             at = F.array_position(acc["r"], r)
-            return F.when(at > 0, acc["d"][(at - 1).cast("int")]).otherwise(F.lit(UNASSIGNED_DIRECTORY))
-        return F.when(F.size(acc["d"]) == 0, acc["d"]).otherwise(F.transform(new_replicas, one))
+            kept = F.when(F.size(acc["d"]) == 0, F.lit(MIGRATING_DIRECTORY)).otherwise(acc["d"][(at - 1).cast("int")])
+            return F.when(at > 0, kept).otherwise(F.lit(UNASSIGNED_DIRECTORY))
+        dirs = F.transform(new_replicas, one)
+        return F.when(F.forall(dirs, lambda d: d == F.lit(MIGRATING_DIRECTORY)),
+                      F.array().cast("array<string>")).otherwise(dirs)
 
     def step(acc, e):
         explicit = e["directories"].isNotNull()

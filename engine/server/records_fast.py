@@ -30,11 +30,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from kraftlog.engine.image import versions
-from kraftlog.engine.image.topics import MIGRATING_DIRECTORY
+from kraftlog.engine.image.topics import MIGRATING_DIRECTORY, UNASSIGNED_DIRECTORY
 from kraftlog.engine.records import metadata as codec
 from kraftlog.engine.records import wire
 
-UNASSIGNED_DIRECTORY = uuid.UUID(int=1)  # Kafka's DirectoryId.UNASSIGNED = Uuid(0, 1)
 LOST_DIRECTORY = uuid.UUID(int=2)  # Kafka's DirectoryId.LOST = Uuid(0, 2)
 _ONE_BYTE_LENGTH_MAX = 0x7E  # a compact array's length byte (n + 1) stays one uvarint byte up to here
 _API_TOPIC, _API_PARTITION = 2, 3
