@@ -52,7 +52,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from kraftlog.bench.timing import row
-from kraftlog.engine.image import versions
 from kraftlog.engine.image import workload as wl
 from kraftlog.engine.records import metadata as codec
 from kraftlog.engine.server import metadata_answer
@@ -90,20 +89,6 @@ def partitions_for(quick: bool) -> int:
 
 def scale(n: int) -> int | None:
     return None if n == 1_000_000 else n
-
-
-def image_values(shape: wl.WorkloadShape) -> list[bytes]:
-    """The workload as the image holds it once replayed (what write_image writes): metadata.version,
-    every broker registered and unfenced, each TopicRecord followed by its PartitionRecords."""
-    values = list(wl.generate(shape))
-    n = shape.brokers
-    version = versions.register_broker_record_version(shape.metadata_version)
-    brokers = []
-    for value in values[1:1 + n]:
-        record = codec.decode_record(value)
-        record.data["Fenced"] = False
-        brokers.append(codec.encode_record("RegisterBrokerRecord", version, record.data, allow_loss=True))
-    return values[:1] + brokers + values[1 + 2 * n:]
 
 
 def format_dir(directory: str, node_id: int) -> None:
@@ -220,7 +205,7 @@ class RestartCluster(LocalCluster):
         from kraftlog.engine.server.node import METADATA_LOG_DIRNAME, SNAPSHOT_DIRNAME
         from kraftlog.engine.snapshot import SnapshotId, SnapshotStore
 
-        values = image_values(self.shape)
+        values = wl.image_values(self.shape)
         self.snapshot_id = SnapshotId(len(values), SNAPSHOT_EPOCH)
         snapshots = {i: os.path.join(self.dir_of(i), METADATA_LOG_DIRNAME, SNAPSHOT_DIRNAME) for i in self.socks}
         for i in self.socks:

@@ -23,10 +23,8 @@ import time
 from functools import cache
 
 from kraftlog.bench.timing import measure, row
-from kraftlog.engine.image import versions
 from kraftlog.engine.image import workload as wl
 from kraftlog.engine.image.loader import Loader
-from kraftlog.engine.records import metadata as codec
 from kraftlog.engine.snapshot import LazySnapshotImage, SnapshotStore, SnapshotStoreConfig
 
 LOOKUPS = 2000  # questions per timed lookup round
@@ -44,16 +42,7 @@ def scale(n: int) -> int | None:
 @cache
 def image_values(partitions: int) -> list[bytes]:
     """The workload as write_image would write it (see the module docstring)."""
-    shape = wl.WorkloadShape.scaled(partitions)
-    values = list(wl.generate(shape))
-    n = shape.brokers
-    version = versions.register_broker_record_version(shape.metadata_version)
-    brokers = []
-    for value in values[1:1 + n]:
-        record = codec.decode_record(value)
-        record.data["Fenced"] = False  # what the image holds after the UnfenceBrokerRecords
-        brokers.append(codec.encode_record("RegisterBrokerRecord", version, record.data, allow_loss=True))
-    return values[:1] + brokers + values[1 + 2 * n:]
+    return wl.image_values(wl.WorkloadShape.scaled(partitions))
 
 
 _dirs: list[str] = []

@@ -143,6 +143,21 @@ def generate(shape: WorkloadShape) -> Iterator[bytes]:
             yield from values[i * per_topic:(i + 1) * per_topic]
 
 
+def image_values(shape: WorkloadShape) -> list[bytes]:
+    """The base workload as its image holds it once replayed (what write_image writes): the
+    metadata.version, every broker registered unfenced (no UnfenceBrokerRecords), then each
+    TopicRecord followed by its PartitionRecords. What a snapshot of ``generate`` contains."""
+    values = list(generate(shape))
+    n = shape.brokers
+    version = versions.register_broker_record_version(shape.metadata_version)
+    brokers = []
+    for value in values[1:1 + n]:
+        record = codec.decode_record(value)
+        record.data["Fenced"] = False  # what the image holds after the UnfenceBrokerRecords
+        brokers.append(codec.encode_record("RegisterBrokerRecord", version, record.data, allow_loss=True))
+    return values[:1] + brokers + values[1 + 2 * n:]
+
+
 def churn(shape: WorkloadShape, changes: int, *, seed: int = 1) -> Iterator[bytes]:
     """``changes`` records of churn on top of ``generate(shape)``, all valid against it in order."""
     rng = random.Random(seed)
