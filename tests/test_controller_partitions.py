@@ -403,13 +403,7 @@ def test_fencing_records_follow_the_metadata_version():
 
 @pytest.fixture
 def cluster(tmp_path):
-    c = NodeCluster(str(tmp_path))
-    try:
-        c.format()
-        c.start_all()
-        yield c
-    finally:
-        c.close()
+    yield from NodeCluster(str(tmp_path)).running()
 
 
 class _Brokers:

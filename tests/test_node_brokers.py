@@ -71,13 +71,7 @@ class BrokerCluster(NodeCluster):
 
 @pytest.fixture
 def cluster(tmp_path):
-    c = BrokerCluster(str(tmp_path))
-    try:
-        c.format()
-        c.start_all()
-        yield c
-    finally:
-        c.close()
+    yield from BrokerCluster(str(tmp_path)).running()
 
 
 class Conns:

@@ -38,7 +38,7 @@ from kio.static.primitive import i16, i32, i64, u16
 from kraftlog.engine.image.image import BrokerRegistration
 from kraftlog.engine.server import cli
 from kraftlog.engine.server.controller import place_replicas, rack_interleaved
-from kraftlog.engine.server.localcluster import LocalCluster
+from kraftlog.engine.server.localcluster import LocalCluster, wait_until
 from kraftlog.engine.server.metadata_answer import EpochMetadataResponse
 from kraftlog.engine.server.raftnode import ClientError, _ClientConnection
 
@@ -69,6 +69,16 @@ class NodeCluster(LocalCluster):
                 "--election-timeout-ms", "300", "--fetch-timeout-ms", "600", "--request-timeout-ms", "400",
                 "--fetch-max-wait-ms", "200", "--session-timeout-ms", str(SESSION_TIMEOUT_MS)]
 
+    def running(self):
+        """For a fixture: format, start every node, yield the cluster; every process is killed
+        afterwards, whatever happened."""
+        try:
+            self.format()
+            self.start_all()
+            yield self
+        finally:
+            self.close()
+
     def stop_all(self) -> None:
         for i, code in super().stop_all().items():
             assert code == 0, self.stderr_of(i)
@@ -76,14 +86,7 @@ class NodeCluster(LocalCluster):
 
 @pytest.fixture
 def cluster(tmp_path):
-    c = NodeCluster(str(tmp_path))
-    try:
-        c.format()
-        for i in c.socks:
-            c.start(i)
-        yield c
-    finally:
-        c.close()
+    yield from NodeCluster(str(tmp_path)).running()
 
 
 # ---- requests ---------------------------------------------------------------------------------------
@@ -118,15 +121,8 @@ def _topics(*specs: tuple[str, int, int]) -> ct_req.CreateTopicsRequest:
 
 
 async def _until(predicate, timeout_s: float, what: str):
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout_s
-    last = None
-    while loop.time() < end:
-        last = await predicate()
-        if last:
-            return last
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{what} not reached within {timeout_s} s (last: {last})")
+    """wait_until, with any connection error failing the test at once (these clusters stay up)."""
+    return await wait_until(predicate, timeout_s, what, transient_errors=False)
 
 
 # ---- the scenario --------------------------------------------------------------------------------------

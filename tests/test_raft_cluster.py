@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from kraftlog.engine.server.localcluster import LocalCluster
+from kraftlog.engine.server.localcluster import LocalCluster, wait_until
 from kraftlog.engine.server.raftnode import RaftClient
 
 pytestmark = pytest.mark.slow
@@ -53,15 +53,8 @@ def cluster(tmp_path):
 
 
 async def _until(predicate, timeout_s: float, what: str):
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout_s
-    last = None
-    while loop.time() < end:
-        last = await predicate()
-        if last:
-            return last
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{what} not reached within {timeout_s} s (last: {last})")
+    """wait_until, with any connection error failing the test at once (these clusters stay up)."""
+    return await wait_until(predicate, timeout_s, what, transient_errors=False)
 
 
 def test_cluster_commits_survives_leader_kill_and_catches_up(cluster):

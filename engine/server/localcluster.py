@@ -9,6 +9,7 @@ Subclasses say how to start node ``i`` (``command``).
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import os
 import signal
@@ -16,7 +17,7 @@ import socket
 import subprocess
 
 
-class LocalCluster:
+class LocalCluster(abc.ABC):
     def __init__(self, directory: str, n: int = 3, *, observers: tuple[int, ...] = (), backlog: int = 128):
         """Voters 1..n, plus ``observers`` (node ids that are not voters, e.g. brokers)."""
         self.directory = directory
@@ -32,9 +33,9 @@ class LocalCluster:
         self.voters_arg = ",".join(f"{i}@{h}:{p}" for i, (h, p) in self.voters.items())
         self.procs: dict[int, subprocess.Popen] = {}
 
+    @abc.abstractmethod
     def command(self, i: int, listen_fd: int) -> list[str]:
         """The argv that starts node ``i`` listening on the inherited ``listen_fd``."""
-        raise NotImplementedError
 
     def dir_of(self, i: int) -> str:
         return os.path.join(self.directory, f"n{i}")
@@ -102,19 +103,22 @@ class LocalCluster:
         self.close()
 
 
-async def wait_until(predicate, timeout_s: float, what: str, *, error: type[Exception] = AssertionError):
-    """Poll ``predicate`` (async) every 50 ms until it returns something true, and return that. A
-    predicate that raises OSError, ClientError or TimeoutError (a node restarting, a connection
-    lost) counts as not yet. ``error`` (naming ``what`` and the last value or failure) at the deadline."""
+async def wait_until(predicate, timeout_s: float, what: str, *, error: type[Exception] = AssertionError,
+                     transient_errors: bool = True):
+    """Poll ``predicate`` (async) every 50 ms until it returns something true, and return that.
+    With ``transient_errors``, a predicate that raises OSError, ClientError or TimeoutError (a node
+    restarting, a connection lost) counts as not yet; without, it propagates at once. ``error``
+    (naming ``what`` and the last value or failure) at the deadline."""
     from kraftlog.engine.server.raftnode import ClientError
 
+    transient = (OSError, ClientError, TimeoutError) if transient_errors else ()
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout_s
     last = None
     while loop.time() < end:
         try:
             last = await predicate()
-        except (OSError, ClientError, TimeoutError) as exc:
+        except transient as exc:
             last = exc
         else:
             if last:
