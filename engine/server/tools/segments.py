@@ -215,6 +215,16 @@ def _index_problem(seg: SegmentScan, i: int, result: LogDirScan) -> Problem | No
     return None
 
 
+def _locate(sorted_values: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, int | None]:
+    """Where each of ``wanted`` sits in ``sorted_values``, and the index of the first one that is
+    not there (None when all are)."""
+    j = np.searchsorted(sorted_values, wanted)
+    inside = j < len(sorted_values)
+    found = np.zeros(len(wanted), dtype=bool)
+    found[inside] = sorted_values[j[inside]] == wanted[inside]
+    return j, (None if found.all() else int(np.flatnonzero(~found)[0]))
+
+
 def _check_offset_index(seg: SegmentScan, entries: np.ndarray) -> tuple[int, str] | None:
     if not len(entries):
         return None
@@ -223,13 +233,8 @@ def _check_offset_index(seg: SegmentScan, entries: np.ndarray) -> tuple[int, str
     bad = np.flatnonzero((np.diff(rel) <= 0) | (np.diff(pos) <= 0))
     if len(bad):
         return int(bad[0]) + 1, "offsets or positions do not increase"
-    positions = np.asarray(seg.scan.positions, dtype=np.int64)
-    j = np.searchsorted(positions, pos)
-    inside = j < len(positions)
-    found = np.zeros(len(pos), dtype=bool)
-    found[inside] = positions[j[inside]] == pos[inside]
-    if not found.all():
-        k = int(np.flatnonzero(~found)[0])
+    j, k = _locate(np.asarray(seg.scan.positions, dtype=np.int64), pos)
+    if k is not None:
         return k, f"position {int(pos[k])} is not the start of a batch"
     lasts = np.asarray(seg.scan.last_offsets, dtype=np.int64)[j]
     wrong = np.flatnonzero(lasts != seg.base_offset + rel)
@@ -248,13 +253,8 @@ def _check_time_index(seg: SegmentScan, entries: np.ndarray) -> tuple[int, str] 
     bad = np.flatnonzero(np.diff(ts) <= 0)
     if len(bad):
         return int(bad[0]) + 1, "timestamps do not increase"
-    lasts = np.asarray(seg.scan.last_offsets, dtype=np.int64)
-    j = np.searchsorted(lasts, offsets)
-    inside = j < len(lasts)
-    found = np.zeros(len(offsets), dtype=bool)
-    found[inside] = lasts[j[inside]] == offsets[inside]
-    if not found.all():
-        k = int(np.flatnonzero(~found)[0])
+    j, k = _locate(np.asarray(seg.scan.last_offsets, dtype=np.int64), offsets)
+    if k is not None:
         return k, f"offset {int(offsets[k])} is not the last offset of a batch"
     running = np.maximum.accumulate(np.asarray(seg.scan.max_timestamps, dtype=np.int64))[j]
     wrong = np.flatnonzero(running != ts)
