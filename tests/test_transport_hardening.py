@@ -670,6 +670,14 @@ def _args(pki, name: str, ca: str = "ca", server_name: str | None = None) -> arg
                               tls_ca=str(pki / f"{ca}.pem"), tls_server_name=server_name)
 
 
+def _trusting_client_without_certificate(pki) -> ssl.SSLContext:
+    """A client context that trusts the cluster CA but presents no certificate of its own."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.load_verify_locations(str(pki / "ca.pem"))
+    return ctx
+
+
 async def _api_versions(conn: _ClientConnection, timeout_s: float = 5):
     req_type, resp_type = ApiVersionsRequest, ApiVersionsResponse
     return await asyncio.wait_for(conn.request(18, 3, req_type(client_software_name="t", client_software_version="0"),
@@ -703,9 +711,7 @@ def test_tls_admits_only_certificates_from_the_cluster_ca(pki, caplog):
     """A CA-signed client talks; no certificate, a rogue CA's certificate, plain text, and a
     client that does not trust the server are each refused with one line naming the peer; the
     good connection, open throughout, keeps working, and so does a new one."""
-    no_cert = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    no_cert.check_hostname = False
-    no_cert.load_verify_locations(str(pki / "ca.pem"))
+    no_cert = _trusting_client_without_certificate(pki)
 
     async def scenario():
         server = RaftTransport(1, {}, server_ssl=tls.server_context(_args(pki, "node1")))
@@ -890,9 +896,7 @@ def test_tls_handshake_timeout_closes_a_silent_connection(pki, caplog):
 def test_client_connection_fails_pending_requests_on_a_tls_refusal(pki):
     """A client without a certificate sees its request fail with ClientError (TLS 1.3 reports
     the refusal after the client's side of the handshake), not hang."""
-    no_cert = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    no_cert.check_hostname = False
-    no_cert.load_verify_locations(str(pki / "ca.pem"))
+    no_cert = _trusting_client_without_certificate(pki)
 
     async def scenario():
         server = RaftTransport(1, {}, server_ssl=tls.server_context(_args(pki, "node1")))
