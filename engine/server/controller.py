@@ -88,7 +88,6 @@ from kraftlog.engine.image.loader import Loader
 from kraftlog.engine.image.topics import NO_LEADER_CHANGE
 from kraftlog.engine.records import metadata as codec
 from kraftlog.engine.server import records_fast, replication
-from kraftlog.engine.server.metadata_answer import answer_metadata
 from kraftlog.raft.state import Role
 from kraftlog.raft.types import NO_ID, NotLeaderError
 
@@ -925,12 +924,6 @@ class Controller:
         return {API_CREATE_TOPICS: self.create_topics, API_BROKER_REGISTRATION: self.register_broker,
                 API_BROKER_HEARTBEAT: self.heartbeat, API_DELETE_TOPICS: self.delete_topics,
                 API_CREATE_PARTITIONS: self.create_partitions, API_ALTER_PARTITION: self.alter_partition}
-
-    def metadata(self, req) -> kmetadata_resp.MetadataResponse:
-        """Metadata from this controller's own image: what a standby answers shows what it has
-        replayed."""
-        return answer_metadata(self.publisher.image, req, cluster_id=self.cluster_id,
-                               controller_id=self.controller_id)
 
 
 # ---- records and responses ------------------------------------------------------------------------------

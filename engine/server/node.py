@@ -121,8 +121,8 @@ class NodeError(KraftlogError):
 
 class NodeTransport(RaftTransport):
     """RaftTransport that also answers Metadata (from ``publisher``'s image), ApiVersions, and, on
-    a controller, the controller's write APIs. ``publisher``/``controller`` are set after
-    construction. Raft's own APIs go to the parent unchanged."""
+    a controller, the controller's write APIs. ``publisher`` is set after construction, the
+    controller with ``serve_controller``. Raft's own APIs go to the parent unchanged."""
 
     publisher: ImagePublisher | None = None
     controller: Controller | None = None
@@ -135,11 +135,12 @@ class NodeTransport(RaftTransport):
     def _served(self) -> dict[int, tuple[int, type, type]]:
         return NODE_CONTROLLER_APIS if self.controller is not None else _BROKER_APIS
 
-    def _handlers(self) -> dict:
-        controller = self.controller
-        return {**controller.write_handlers(),
-                API_UPDATE_FEATURES: lambda req: handle_update_features(controller, req),
-                API_CONTROLLER_REGISTRATION: lambda req: handle_controller_registration(controller, req)}
+    def serve_controller(self, controller: Controller) -> None:
+        """Answer the controller APIs with ``controller``'s handlers (the table is built once)."""
+        self.controller = controller
+        self._handlers = {**controller.write_handlers(),
+                          API_UPDATE_FEATURES: lambda req: handle_update_features(controller, req),
+                          API_CONTROLLER_REGISTRATION: lambda req: handle_controller_registration(controller, req)}
 
     def _on_request(self, conn: FrameConnection, frame: bytes) -> None:
         api_key, version, _ = wire.peek_request_header(frame)
@@ -178,7 +179,7 @@ class NodeTransport(RaftTransport):
             self._respond(conn, answer_metadata(self.publisher.image, body, cluster_id=self.cluster_id,
                                                 controller_id=self.publisher.leader[0]), correlation_id)
             return
-        handler = self._handlers()[api_key]
+        handler = self._handlers[api_key]
         task = asyncio.get_running_loop().create_task(handler(body))
         if self.metrics is not None:
             started, metrics = time.perf_counter(), self.metrics
@@ -425,7 +426,7 @@ class MetadataNode(RaftNode):
             self.controller = Controller(node_id, cluster_id, self.driver, self.machine, controller_config,
                                          rng=self.rng)
             self.controller.supported_features = self.supported
-            self.transport.controller = self.controller
+            self.transport.serve_controller(self.controller)
         self.broker_settings = broker or BrokerSettings()
         self.lifecycle: BrokerLifecycle | None = None
         self.registrar: ControllerRegistrar | None = None
