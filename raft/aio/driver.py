@@ -10,7 +10,11 @@ the TCP transport, exactly the way the simulator (tests/raft_sim/cluster.py) dri
     proposal         -> queued; appended as one batch when ``max_batch_records`` or
                         ``max_batch_bytes`` is reached, or ``linger_ms`` after the first queued
                         record (0 = at the end of the current loop iteration); its future resolves
-                        with (base offset, last offset) once the high watermark passes it
+                        with (base offset, last offset) once the high watermark passes it. A
+                        Produce from the transport is answered in the same pass that sees the
+                        high watermark pass it, before that Ready's messages leave: the commit's
+                        answer is the one message on the client's critical path, while the
+                        Fetch answers carrying the new high watermark are not
 
 One reordering of the Ready, and why it is safe: when a Ready has no election change, the
 leader's Fetch *responses* are sent before the log flush. They promise nothing (the leader
@@ -31,7 +35,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kraftlog.raft.messages import Envelope, FetchResponse
@@ -58,12 +62,27 @@ class DriverConfig:
     polls_per_run_max: int = 16  # Readies acted on per wake-up before yielding to the loop
 
 
+# resolve((base offset, last offset), None) once committed, or resolve(None, NotLeaderError)
+Resolver = Callable[[tuple[int, int] | None, BaseException | None], None]
+
+
 @dataclass(slots=True)
 class _Waiter:
     base_offset: int
     last_offset: int
     epoch: int
-    future: asyncio.Future
+    resolve: Resolver
+
+
+def _future_resolver(future: asyncio.Future) -> Resolver:
+    def resolve(result: tuple[int, int] | None, error: BaseException | None) -> None:
+        if future.done():
+            return  # cancelled by its owner
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
+    return resolve
 
 
 class RaftDriver:
@@ -83,7 +102,7 @@ class RaftDriver:
         self._scheduled = False
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at_ms = -1
-        self._queued: list[tuple[Sequence[bytes], asyncio.Future]] = []
+        self._queued: list[tuple[Sequence[bytes], Resolver]] = []
         self._queued_records = 0
         self._queued_bytes = 0
         self._linger: asyncio.TimerHandle | None = None
@@ -137,6 +156,30 @@ class RaftDriver:
     def propose(self, values: Sequence[bytes]) -> asyncio.Future:
         """Queue ``values`` for the log; the future gives (base offset, last offset) once they are
         committed. Raises NotLeaderError at once on a node that is not the leader."""
+        future = self._loop.create_future()
+        self._enqueue(values, _future_resolver(future))
+        return future
+
+    def on_produce(self, values, reply) -> None:
+        """The client API (a Produce request from the transport): answered from the pass that
+        sees it committed (no future, no extra loop iteration: see the module docstring)."""
+        core = self.core
+        if not values:
+            reply(Errors.INVALID_REQUEST, -1, core.leader_id, core.epoch, "no records")
+            return
+
+        def resolve(result: tuple[int, int] | None, error: BaseException | None) -> None:
+            if error is None:
+                reply(Errors.NONE, result[0], core.leader_id, core.epoch)
+            else:
+                reply(Errors.NOT_LEADER_OR_FOLLOWER, -1, core.leader_id, core.epoch)
+
+        try:
+            self._enqueue(values, resolve)
+        except NotLeaderError:
+            reply(Errors.NOT_LEADER_OR_FOLLOWER, -1, core.leader_id, core.epoch)
+
+    def _enqueue(self, values: Sequence[bytes], resolve: Resolver) -> None:
         core = self.core
         if core.role is not Role.LEADER or self._stopped:
             raise NotLeaderError(core.node_id, core.epoch, core.leader_id)
@@ -144,8 +187,7 @@ class RaftDriver:
             raise ValueError("a proposal needs at least one record")
         if self._queued_records + len(values) > self.config.max_queued_records:
             raise NotLeaderError(core.node_id, core.epoch, core.node_id)  # overloaded: try again later
-        future = self._loop.create_future()
-        self._queued.append((values, future))
+        self._queued.append((values, resolve))
         self._queued_records += len(values)
         self._queued_bytes += sum(len(v) for v in values)
         cfg = self.config
@@ -155,27 +197,6 @@ class RaftDriver:
             self._wake()
         elif self._linger is None:
             self._linger = self._loop.call_later(cfg.linger_ms / 1000, self._linger_fired)
-        return future
-
-    def on_produce(self, values, reply) -> None:
-        """The client API (a Produce request from the transport): answer once committed."""
-        core = self.core
-        if not values:
-            reply(Errors.INVALID_REQUEST, -1, core.leader_id, core.epoch, "no records")
-            return
-        try:
-            future = self.propose(values)
-        except NotLeaderError:
-            reply(Errors.NOT_LEADER_OR_FOLLOWER, -1, core.leader_id, core.epoch)
-            return
-
-        def done(f: asyncio.Future) -> None:
-            if f.cancelled() or f.exception() is not None:
-                reply(Errors.NOT_LEADER_OR_FOLLOWER, -1, core.leader_id, core.epoch)
-            else:
-                reply(Errors.NONE, f.result()[0], core.leader_id, core.epoch)
-
-        future.add_done_callback(done)
 
     def _linger_fired(self) -> None:
         self._linger = None
@@ -206,6 +227,7 @@ class RaftDriver:
         for _ in range(self.config.polls_per_run_max):
             ready = self.core.poll()
             self.polls += 1
+            self._settle_waiters()
             self._execute(ready)
             if ready.is_empty:
                 break
@@ -213,7 +235,6 @@ class RaftDriver:
         if after != before:
             log.info("node %d: %s(epoch %d) -> %s(epoch %d, leader %d)", core.node_id, before[0].value, before[1],
                      after[0].value, after[1], after[2])
-        self._settle_waiters()
         self._arm_timer(ready.next_poll_ms)
 
     def _arm_timer(self, at_ms: int) -> None:
@@ -264,31 +285,30 @@ class RaftDriver:
         core = self.core
         if core.role is not Role.LEADER:
             error = NotLeaderError(core.node_id, core.epoch, core.leader_id)
-            for _, future in queued:
-                if not future.done():
-                    future.set_exception(error)
+            for _, resolve in queued:
+                resolve(None, error)
             return
         cfg = self.config
         batch: list[bytes] = []
-        owners: list[tuple[int, asyncio.Future]] = []  # (record count, future) in batch order
+        owners: list[tuple[int, Resolver]] = []  # (record count, resolver) in batch order
         size = 0
-        for values, future in queued:
+        for values, resolve in queued:
             if batch and (len(batch) + len(values) > cfg.max_batch_records
                           or size + sum(len(v) for v in values) > cfg.max_batch_bytes):
                 self._append_batch(batch, owners)
                 batch, owners, size = [], [], 0
             batch.extend(values)
-            owners.append((len(values), future))
+            owners.append((len(values), resolve))
             size += sum(len(v) for v in values)
         if batch:
             self._append_batch(batch, owners)
 
-    def _append_batch(self, records: list[bytes], owners: list[tuple[int, asyncio.Future]]) -> None:
+    def _append_batch(self, records: list[bytes], owners: list[tuple[int, Resolver]]) -> None:
         last = self.core.append(records)
         offset = last - len(records) + 1
         epoch = self.core.epoch
-        for count, future in owners:
-            self._waiters.append(_Waiter(offset, offset + count - 1, epoch, future))
+        for count, resolve in owners:
+            self._waiters.append(_Waiter(offset, offset + count - 1, epoch, resolve))
             offset += count
 
     def _settle_waiters(self) -> None:
@@ -302,18 +322,14 @@ class RaftDriver:
         hw = core.high_watermark
         while waiters and waiters[0].last_offset < hw:
             w = waiters.popleft()
-            if not w.future.done():
-                w.future.set_result((w.base_offset, w.last_offset))
+            w.resolve((w.base_offset, w.last_offset), None)
 
     def _fail_waiters(self) -> None:
         core = self.core
         error = NotLeaderError(core.node_id, core.epoch, core.leader_id)
         while self._waiters:
-            w = self._waiters.popleft()
-            if not w.future.done():
-                w.future.set_exception(error)
+            self._waiters.popleft().resolve(None, error)
         queued, self._queued = self._queued, []
         self._queued_records = self._queued_bytes = 0
-        for _, future in queued:
-            if not future.done():
-                future.set_exception(error)
+        for _, resolve in queued:
+            resolve(None, error)
