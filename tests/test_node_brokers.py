@@ -434,6 +434,12 @@ def test_active_controller_killed_mid_write_and_a_client_facing_lagging_brokers(
                 for k in range(12):
                     names.append(f"lag{k:02d}")
                     await _create(conns, [names[-1]], 2, 2)
+
+                    async def on_steady_broker(name=names[-1]):
+                        md = await conns.metadata(BROKERS[0])  # the one broker that is never stopped
+                        return any(t.name == name for t in md.topics)
+                    # so that at least one answer per topic can name it (the count checked below)
+                    await _until(on_steady_broker, 20, f"broker {BROKERS[0]} holding {names[-1]}")
                     for b in BROKERS:
                         try:
                             await client.refresh(names, node=cluster.addresses[b], timeout_ms=3000)
