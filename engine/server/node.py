@@ -570,7 +570,11 @@ async def serve(args) -> int:
     host = (args.listen or "127.0.0.1:0").rpartition(":")[0] or "127.0.0.1"
     broker = BrokerSettings(rack=args.rack, advertised_host=host,
                             log_dir_ids=(metaprops.parse_uuid(directory_id, "directory.id"),) if directory_id else (),
-                            config=BrokerConfig(heartbeat_interval_ms=args.heartbeat_interval_ms))
+                            # one request timeout (Kafka's controller.quorum.request.timeout.ms) for raft
+                            # and for the broker's requests to the controllers: an attempt on a hung
+                            # controller must end well inside the session timeout
+                            config=BrokerConfig(heartbeat_interval_ms=args.heartbeat_interval_ms,
+                                                request_timeout_ms=args.request_timeout_ms))
     from kraftlog.engine.server import tls
 
     server_ssl, client_ssl = tls.server_context(args), tls.client_context(args)
