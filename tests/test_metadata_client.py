@@ -61,6 +61,9 @@ from kraftlog.raft import wire
 # ---- building metadata histories ------------------------------------------------------------------------------
 
 
+REPLICAS = (1, 2, 3)
+
+
 class History:
     """A metadata log replayed record by record: ``images[k]`` is the image after the record at
     offset k (topic epochs are record offsets, as the loader gives them)."""
@@ -70,6 +73,11 @@ class History:
         self.images: list[MetadataImage] = []
         self.ids: dict[str, uuid.UUID] = {}
         self.partitions: dict[str, int] = {}
+        # The replicas' brokers: registered (a Metadata answer reports a leader only when it is a
+        # registered broker, as Kafka's do) but fenced, so answers list only the brokers a test
+        # registers with an address (`broker`), the nodes a client may learn.
+        for broker_id in REPLICAS:
+            self.broker(broker_id, 0, fenced=True)
 
     def _record(self, record_type: str, data: dict) -> None:
         offset = len(self.images)
@@ -78,11 +86,11 @@ class History:
         self.image = delta.apply(Provenance(offset, 1, 0))
         self.images.append(self.image)
 
-    def broker(self, broker_id: int, port: int) -> None:
+    def broker(self, broker_id: int, port: int, *, fenced: bool = False) -> None:
         self._record("RegisterBrokerRecord", {
             "BrokerId": broker_id, "BrokerEpoch": len(self.images), "IncarnationId": uuid.uuid4(),
             "EndPoints": [{"Name": "PLAINTEXT", "Host": "127.0.0.1", "Port": port, "SecurityProtocol": 0}],
-            "Features": [], "Rack": None, "Fenced": False})
+            "Features": [], "Rack": None, "Fenced": fenced})
 
     def create(self, name: str, partitions: int) -> None:
         self.ids[name] = uuid.uuid4()
@@ -95,7 +103,7 @@ class History:
         pid = self.partitions[name]
         self.partitions[name] += 1
         self._record("PartitionRecord", {
-            "TopicId": self.ids[name], "PartitionId": pid, "Replicas": [1, 2, 3], "Isr": [1, 2, 3], "Leader": 1,
+            "TopicId": self.ids[name], "PartitionId": pid, "Replicas": list(REPLICAS), "Isr": list(REPLICAS), "Leader": 1,
             "LeaderEpoch": 0, "PartitionEpoch": 0, "RemovingReplicas": [], "AddingReplicas": []})
 
     def elect(self, name: str, pid: int, leader: int) -> None:

@@ -473,8 +473,7 @@ class Controller:
         the topics of the ones before it) and proposes them together, one proposal per request (so
         each request still commits atomically), then answers them all."""
         if not self.is_active:
-            return _create_response([_topic_result(t.name, ErrorCode.not_controller, "not the active controller")
-                                     for t in req.topics])
+            return refusal(API_CREATE_TOPICS, req, ErrorCode.not_controller, "not the active controller")
         answer = asyncio.get_running_loop().create_future()
         self._create_queue.append((req, answer))
         async with self._lock:
@@ -501,7 +500,7 @@ class Controller:
                          if isinstance(exc, _NotActive) else
                          (ErrorCode.request_timed_out, "the topics were not committed in time"))
             for req, answer in batch:
-                answer.set_result(_create_response([_topic_result(t.name, code, why) for t in req.topics]))
+                answer.set_result(refusal(API_CREATE_TOPICS, req, code, why))
             return
         except Exception as exc:  # a bug: every queued request fails with it (and its connection closes)
             for _, answer in batch:
@@ -698,8 +697,7 @@ class Controller:
 
     async def delete_topics(self, req) -> kdelete_resp.DeleteTopicsResponse:
         if not self.is_active:
-            return _delete_response([_deleted(t.name, t.topic_id, ErrorCode.not_controller, "not the active controller")
-                                     for t in req.topics])
+            return refusal(API_DELETE_TOPICS, req, ErrorCode.not_controller, "not the active controller")
         async with self._lock:
             try:
                 await self._ensure_bootstrapped()
@@ -708,7 +706,7 @@ class Controller:
                 code, why = ErrorCode.not_controller, "lost leadership before the deletions were committed"
             except TimeoutError:
                 code, why = ErrorCode.request_timed_out, "the deletions were not committed in time"
-        return _delete_response([_deleted(t.name, t.topic_id, code, why) for t in req.topics])
+        return refusal(API_DELETE_TOPICS, req, code, why)
 
     async def _delete_topics_locked(self, req) -> kdelete_resp.DeleteTopicsResponse:
         """Kafka's ControllerApis.deleteTopics + ReplicationControlManager.deleteTopics: one result
@@ -763,10 +761,8 @@ class Controller:
     # -- CreatePartitions -----------------------------------------------------------------------------
 
     async def create_partitions(self, req) -> kpartitions_resp.CreatePartitionsResponse:
-        names = list(dict.fromkeys(t.name for t in req.topics))
         if not self.is_active:
-            return _partitions_response([_partitions_result(n, ErrorCode.not_controller, "not the active controller")
-                                         for n in names])
+            return refusal(API_CREATE_PARTITIONS, req, ErrorCode.not_controller, "not the active controller")
         async with self._lock:
             try:
                 await self._ensure_bootstrapped()
@@ -775,7 +771,7 @@ class Controller:
                 code, why = ErrorCode.not_controller, "lost leadership before the partitions were committed"
             except TimeoutError:
                 code, why = ErrorCode.request_timed_out, "the partitions were not committed in time"
-        return _partitions_response([_partitions_result(n, code, why) for n in names])
+        return refusal(API_CREATE_PARTITIONS, req, code, why)
 
     async def _create_partitions_locked(self, req) -> kpartitions_resp.CreatePartitionsResponse:
         """Kafka's ReplicationControlManager.createPartitions: increase only, the new partitions
@@ -1037,6 +1033,19 @@ def _alter_partition_error(broker_id: int, part, pd, image: MetadataImage) -> Er
 def _given_id(topic_id) -> uuid.UUID | None:
     """A topic id field, None when absent (null or Kafka's ZERO_UUID)."""
     return None if topic_id is None or topic_id == _ZERO_UUID else topic_id
+
+
+def refusal(api_key: int, req, code: ErrorCode, message: str):
+    """The answer to a CreateTopics, DeleteTopics or CreatePartitions request that was not acted on:
+    ``code`` and ``message`` on every topic it names (the shape each API's clients read)."""
+    if api_key == API_CREATE_TOPICS:
+        return _create_response([_topic_result(t.name, code, message) for t in req.topics])
+    if api_key == API_DELETE_TOPICS:
+        return _delete_response([_deleted(t.name, t.topic_id, code, message) for t in req.topics])
+    if api_key == API_CREATE_PARTITIONS:
+        return _partitions_response([_partitions_result(n, code, message)
+                                     for n in dict.fromkeys(t.name for t in req.topics)])
+    raise ValueError(f"no refusal for API {api_key}")
 
 
 def _deleted(name: str | None, topic_id, code: ErrorCode, message: str | None) -> kdelete_resp.DeletableTopicResult:

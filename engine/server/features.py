@@ -365,12 +365,22 @@ def _all_failed(updates: Sequence[FeatureUpdate], code: ErrorCode, message: str)
     return _response([FeatureResult(u.feature, code, message) for u in updates], code, message)
 
 
+def refuse_all(req: kupdate_req.UpdateFeaturesRequest, code: ErrorCode, message: str) -> kupdate_resp.UpdateFeaturesResponse:
+    """The answer to an UpdateFeatures request that was not acted on (a broker that found no
+    active controller to forward it to)."""
+    return _all_failed(_updates(req), code, message)
+
+
+def _updates(req: kupdate_req.UpdateFeaturesRequest) -> list[FeatureUpdate]:
+    return [FeatureUpdate(u.feature, int(u.max_version_level), int(u.upgrade_type)) for u in req.feature_updates]
+
+
 async def handle_update_features(controller, req: kupdate_req.UpdateFeaturesRequest) -> kupdate_resp.UpdateFeaturesResponse:
     """UpdateFeatures v1 on ``controller`` (engine/server/controller.py's Controller): plan under the
     write lock against the current image, write the records as one proposal, answer per feature."""
     from kraftlog.engine.server.controller import _NotActive  # controller.py imports this module
 
-    updates = [FeatureUpdate(u.feature, int(u.max_version_level), int(u.upgrade_type)) for u in req.feature_updates]
+    updates = _updates(req)
     if not updates:
         return _response([], ErrorCode.invalid_request, "the request names no feature to update")
     if not controller.is_active:

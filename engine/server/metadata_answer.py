@@ -5,6 +5,16 @@ Brokers listed are the live ones (registered, unfenced, not shutting down): a cl
 sent to a fenced broker. Partitions carry their leader epoch (KIP-232/KIP-320): a client compares
 it with what it has cached to refuse an answer older than one it already acted on.
 
+Per partition, as Kafka's KRaft brokers answer (KRaftMetadataCache.getPartitionMetadata): a leader
+that is not a registered broker (-1 included) gives LEADER_NOT_AVAILABLE with leader -1, which
+clients retry; offline_replicas lists the replicas whose broker is unregistered or fenced.
+
+ControllerId: a broker (or combined node) names a random live broker, as Kafka's brokers do since
+KIP-590: clients send their "controller" requests (CreateTopics, ...) to it and it forwards them
+to the active controller (engine/server/forwarding.py). A controller-only node names the active
+controller (KIP-919's answer to a client that bootstraps to the controllers). ``controller_for``
+picks; the caller passes the answer to ``answer_metadata``.
+
 Two tagged fields of our own ride on the v12 answer (KIP-482: a reader skips tags it does not
 know, so Kafka clients read the answer unchanged)::
 
@@ -28,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import random
 
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import response as kmetadata_resp
@@ -71,17 +82,15 @@ def answer_metadata(image: MetadataImage, req, *, cluster_id: str | None,
     topics = image.topics
     names = sorted(topics.topic_names()) if req.topics is None else [t.name for t in req.topics]
     out = []
+    registered = image.cluster.brokers
     for name in names:
         view = topics.topic(name) if name is not None else None
         if view is None:
             out.append(EpochMetadataResponseTopic(
                 error_code=ErrorCode.unknown_topic_or_partition, name=name, topic_id=None, partitions=()))
             continue
-        parts = tuple(kmetadata_resp.MetadataResponsePartition(
-            error_code=ErrorCode.none, partition_index=i32(p.partition_id), leader_id=i32(p.leader),
-            leader_epoch=i32(p.leader_epoch), replica_nodes=tuple(i32(r) for r in p.replicas),
-            isr_nodes=tuple(i32(r) for r in p.isr), offline_replicas=())
-            for p in sorted(topics.partitions_of(name), key=lambda p: p.partition_id))
+        parts = tuple(_partition(p, registered)
+                      for p in sorted(topics.partitions_of(name), key=lambda p: p.partition_id))
         out.append(EpochMetadataResponseTopic(error_code=ErrorCode.none, name=name, topic_id=view.topic_id,
                                               partitions=parts, topic_epoch=i64(view.topic_epoch)))
     brokers = tuple(kmetadata_resp.MetadataResponseBroker(
@@ -91,3 +100,23 @@ def answer_metadata(image: MetadataImage, req, *, cluster_id: str | None,
     return EpochMetadataResponse(throttle_time=_NO_THROTTLE, brokers=brokers, cluster_id=cluster_id,
                                  controller_id=i32(controller_id), topics=tuple(out),
                                  metadata_offset=i64(image.provenance.offset))
+
+
+def _partition(p, registered) -> kmetadata_resp.MetadataResponsePartition:
+    has_leader = p.leader in registered
+    offline = tuple(i32(r) for r in p.replicas if r not in registered or registered[r].fenced)
+    return kmetadata_resp.MetadataResponsePartition(
+        error_code=ErrorCode.none if has_leader else ErrorCode.leader_not_available,
+        partition_index=i32(p.partition_id), leader_id=i32(p.leader if has_leader else -1),
+        leader_epoch=i32(p.leader_epoch), replica_nodes=tuple(i32(r) for r in p.replicas),
+        isr_nodes=tuple(i32(r) for r in p.isr), offline_replicas=offline)
+
+
+def controller_for(image: MetadataImage, *, answering_broker: bool, active_controller: int,
+                   rng: random.Random | None = None) -> int:
+    """The ControllerId of a Metadata answer (see the module docstring): a random live broker
+    (-1 when there is none) when a broker answers, else the active controller."""
+    if not answering_broker:
+        return active_controller
+    live = image.cluster.live_brokers()
+    return (rng or random).choice(live).broker_id if live else -1

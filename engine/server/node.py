@@ -87,7 +87,8 @@ from kraftlog.engine.server.features import (
     handle_update_features,
     supported_features,
 )
-from kraftlog.engine.server.metadata_answer import answer_metadata
+from kraftlog.engine.server.forwarding import FORWARDED_APIS, Forwarder
+from kraftlog.engine.server.metadata_answer import answer_metadata, controller_for
 from kraftlog.engine.server.raftnode import RaftNode, parse_voters
 from kraftlog.engine.server.raftnode import serve as serve_node
 from kraftlog.engine.server.tools.imageload import SNAPSHOT_DIRNAME  # the LMDB store in the metadata log dir
@@ -97,19 +98,20 @@ from kraftlog.raft import wire
 from kraftlog.raft.aio.driver import DriverConfig
 from kraftlog.raft.aio.transport import FrameConnection, RaftTransport, TransportConfig
 from kraftlog.raft.core import RaftConfig
-from kraftlog.raft.messages import DescribeQuorumRequest
 
 log = logging.getLogger("kraftlog.node")
 
 METADATA_LOG_DIRNAME = "__cluster_metadata-0"  # as engine/server/tools/common.py names it
 ROLE_CONTROLLER, ROLE_BROKER = "controller", "broker"
 # what a node serves beyond raft: a controller all of these; a broker Metadata and
-# OffsetsForLeaderEpoch (and DescribeQuorum, forwarded to the active controller)
+# OffsetsForLeaderEpoch, and forwards the clients' controller APIs and DescribeQuorum to the
+# active controller (engine/server/forwarding.py)
 NODE_CONTROLLER_APIS = {**CONTROLLER_APIS, API_UPDATE_FEATURES: UPDATE_FEATURES_API,
                         API_CONTROLLER_REGISTRATION: CONTROLLER_REGISTRATION_API,
                         API_OFFSETS_FOR_LEADER_EPOCH: OFFSETS_FOR_LEADER_EPOCH_API}
 _BROKER_APIS = {API_METADATA: CONTROLLER_APIS[API_METADATA],
-                API_OFFSETS_FOR_LEADER_EPOCH: OFFSETS_FOR_LEADER_EPOCH_API}
+                API_OFFSETS_FOR_LEADER_EPOCH: OFFSETS_FOR_LEADER_EPOCH_API,
+                **{k: NODE_CONTROLLER_APIS[k] for k in sorted(FORWARDED_APIS)}}  # forwarded (forwarding.py)
 
 
 class NodeError(KraftlogError):
@@ -130,7 +132,8 @@ class NodeTransport(RaftTransport):
     supported: list[tuple[str, int, int]] = []  # this node's feature ranges, for ApiVersions
     metrics = None  # metrics.NodeMetrics when the node exports metrics
     core = None  # the RaftCore, for OffsetsForLeaderEpoch
-    forward = None  # a broker's DescribeQuorum forwarder (coroutine function -> kio response)
+    forward: Forwarder | None = None  # a broker-only node's way to the active controller
+    is_broker = False  # Metadata's ControllerId: a live broker when a broker answers (metadata_answer.py)
 
     def _served(self) -> dict[int, tuple[int, type, type]]:
         return NODE_CONTROLLER_APIS if self.controller is not None else _BROKER_APIS
@@ -148,7 +151,8 @@ class NodeTransport(RaftTransport):
             self.metrics.request_seen(api_key)
         if api_key == wire.API_DESCRIBE_QUORUM and self.forward is not None:
             rf = wire.parse_request(frame)
-            self._respond_later(conn, rf.correlation_id, asyncio.get_running_loop().create_task(self.forward()))
+            self._respond_later(conn, rf.correlation_id,
+                                asyncio.get_running_loop().create_task(self.forward.describe_quorum()))
             return
         if api_key == wire.API_API_VERSIONS and version not in wire._API_VERSIONS:
             # KIP-511: an ApiVersions version we do not serve is answered, not dropped: v0's shape,
@@ -176,11 +180,18 @@ class NodeTransport(RaftTransport):
                                                      high_watermark=core.high_watermark), correlation_id)
             return
         if api_key == API_METADATA:
-            self._respond(conn, answer_metadata(self.publisher.image, body, cluster_id=self.cluster_id,
-                                                controller_id=self.publisher.leader[0]), correlation_id)
+            image = self.publisher.image
+            controller_id = controller_for(image, answering_broker=self.is_broker,
+                                           active_controller=self.publisher.leader[0])
+            self._respond(conn, answer_metadata(image, body, cluster_id=self.cluster_id, controller_id=controller_id),
+                          correlation_id)
             return
-        handler = self._handlers[api_key]
-        task = asyncio.get_running_loop().create_task(handler(body))
+        if self.controller is None:  # a broker: one of FORWARDED_APIS
+            if self.forward is None:
+                raise wire.WireFormatError(f"API {api_key} arrived before this broker can reach a controller")
+            task = asyncio.get_running_loop().create_task(self.forward.request(api_key, served, body, spec[2]))
+        else:
+            task = asyncio.get_running_loop().create_task(self._handlers[api_key](body))
         if self.metrics is not None:
             started, metrics = time.perf_counter(), self.metrics
             task.add_done_callback(lambda _: metrics.request_done(api_key, started))
@@ -478,20 +489,13 @@ class MetadataNode(RaftNode):
                 features=self.supported, rack=b.rack, log_dirs=b.log_dir_ids, config=b.config,
                 ssl_context=self.client_ssl)
             self.lifecycle.start()
+            self.transport.is_broker = True
             if self.controller is None:
-                self.transport.forward = self._forward_describe_quorum
+                self.transport.forward = Forwarder(self.lifecycle.channel)
         return port
 
     def _security_protocol(self) -> int:
         return SECURITY_PROTOCOL_SSL if self.server_ssl is not None else SECURITY_PROTOCOL_PLAINTEXT
-
-    async def _forward_describe_quorum(self):
-        """A broker answers DescribeQuorum by asking the active controller (as Kafka's brokers
-        forward it), so `kraftlog quorum describe --bootstrap-server <broker>` works; an observer's
-        own view of the quorum is not the leader's."""
-        api = wire.APIS[DescribeQuorumRequest]
-        return await self.lifecycle.channel.ask(api.key, api.version, wire.request_to_kio(DescribeQuorumRequest()),
-                                                api.response)
 
     async def stop(self, *, resign: bool = True) -> None:
         if self.lifecycle is not None:
