@@ -38,6 +38,12 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kio.schema.api_versions.v0 import request as kav0_req
+from kio.schema.api_versions.v0 import response as kav0_resp
+from kio.schema.api_versions.v1 import request as kav1_req
+from kio.schema.api_versions.v1 import response as kav1_resp
+from kio.schema.api_versions.v2 import request as kav2_req
+from kio.schema.api_versions.v2 import response as kav2_resp
 from kio.schema.api_versions.v3.request import ApiVersionsRequest as ApiVersionsRequestV3
 from kio.schema.api_versions.v3.response import ApiVersion
 from kio.schema.api_versions.v3.response import ApiVersionsResponse as ApiVersionsResponseV3
@@ -57,6 +63,7 @@ from kio.schema.fetch_snapshot.v1 import request as ksnap_req
 from kio.schema.fetch_snapshot.v1 import response as ksnap_resp
 from kio.schema.produce.v10 import request as kproduce_req
 from kio.schema.produce.v10 import response as kproduce_resp
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
@@ -138,7 +145,12 @@ APIS: dict[type, Api] = {
                               ksnap_resp.FetchSnapshotResponse),
 }
 PRODUCE_API = Api(API_PRODUCE, 10, kproduce_req.ProduceRequest, kproduce_resp.ProduceResponse)
-_API_VERSIONS = {3: (ApiVersionsRequestV3, ApiVersionsResponseV3, ApiVersion),
+# ApiVersions v0-v2 too (non-flexible, request header v1): clients from before KIP-511 (aiokafka)
+# ask at those versions and give up when the answer is not one they read
+_API_VERSIONS = {0: (kav0_req.ApiVersionsRequest, kav0_resp.ApiVersionsResponse, kav0_resp.ApiVersion),
+                 1: (kav1_req.ApiVersionsRequest, kav1_resp.ApiVersionsResponse, kav1_resp.ApiVersion),
+                 2: (kav2_req.ApiVersionsRequest, kav2_resp.ApiVersionsResponse, kav2_resp.ApiVersion),
+                 3: (ApiVersionsRequestV3, ApiVersionsResponseV3, ApiVersion),
                  4: (ApiVersionsRequestV4, ApiVersionsResponseV4, ApiVersionV4)}
 # (api key, version) -> kio request type, for everything a node answers
 REQUEST_TYPES: dict[tuple[int, int], type] = {(a.key, a.version): a.request for a in APIS.values()}
@@ -175,8 +187,10 @@ def _read(kio_type, buf, pos: int, what: str):
 
 
 def frame_request(api_key: int, version: int, correlation_id: int, client_id: str | None, body) -> bytes:
-    header = RequestHeader(request_api_key=i16(api_key), request_api_version=i16(version),
-                           correlation_id=i32(correlation_id), client_id=client_id)
+    """size | request header (v2 before a flexible body, v1 before an older one) | body"""
+    header_type = RequestHeader if type(body).__flexible__ else RequestHeaderV1
+    header = header_type(request_api_key=i16(api_key), request_api_version=i16(version),
+                         correlation_id=i32(correlation_id), client_id=client_id)
     payload = _write(header) + _write(body)
     return SIZE.pack(len(payload)) + payload
 
@@ -210,7 +224,8 @@ def parse_request(frame) -> RequestFrame:
     kio_type = REQUEST_TYPES.get((api_key, version))
     if kio_type is None:
         raise WireFormatError(f"unsupported API key {api_key} version {version}")
-    header, pos = _read(RequestHeader, frame, 0, "request header")
+    header_type = RequestHeader if kio_type.__flexible__ else RequestHeaderV1
+    header, pos = _read(header_type, frame, 0, "request header")
     body, pos = _read(kio_type, frame, pos, f"request body (API {api_key} v{version})")
     if pos != len(frame):
         raise WireFormatError(f"{len(frame) - pos} bytes after the body of API {api_key} v{version}")
@@ -636,12 +651,15 @@ def decode_response_body(frame, request) -> tuple[int, object]:
 # ---- ApiVersions and Produce (the kraftlog client API) ------------------------------------------
 
 
-def api_versions_response(version: int):
-    """Our ApiVersions answer at ``version`` (3 or 4); answered with response header v0."""
+def api_versions_response(version: int, rows: Sequence[tuple[int, int, int]] | None = None, **extra):
+    """Our ApiVersions answer at ``version`` (0-4; always with response header v0): ``rows``
+    (api key, min, max; default raft's) and, from v3, ``extra`` tagged fields."""
     _, resp_type, row_type = _API_VERSIONS[version]
     keys = tuple(row_type(api_key=i16(k), min_version=i16(lo), max_version=i16(hi))
-                 for k, lo, hi in supported_api_versions())
-    return resp_type(error_code=ErrorCode.none, api_keys=keys, throttle_time=datetime.timedelta(0))
+                 for k, lo, hi in (supported_api_versions() if rows is None else rows))
+    if version >= 1:  # ThrottleTimeMs from v1
+        extra["throttle_time"] = datetime.timedelta(0)
+    return resp_type(error_code=ErrorCode.none, api_keys=keys, **extra)
 
 
 def produce_request(values: Sequence[bytes], *, timeout_ms: int) -> object:

@@ -1,6 +1,8 @@
-"""Kafka's own admin client (kafka-python's KafkaAdminClient, an independent implementation of the
-protocol) against a live cluster, bootstrapped at a broker, the way a Kafka user would point it:
-3 controller processes + 2 broker processes on loopback.
+"""Kafka admin clients that are not ours (kafka-python's KafkaAdminClient, which speaks the newest
+versions, and aiokafka's AIOKafkaAdminClient, which stops at ApiVersions v0-v2, Metadata v5,
+CreateTopics v3, DeleteTopics v3: engine/server/older_versions.py) against a live cluster,
+bootstrapped at a broker, the way a Kafka user would point them: 3 controller processes + 2 broker
+processes on loopback.
 
 - Metadata names a live broker as ControllerId (KIP-590), so the admin client sends CreateTopics,
   CreatePartitions and DeleteTopics to a broker, which forwards them to the active controller;
@@ -241,3 +243,36 @@ def _metadata_request():
 def _metadata_response():
     from kraftlog.engine.server.metadata_answer import EpochMetadataResponse
     return EpochMetadataResponse
+
+
+def test_aiokafka_admin_client_through_a_broker_at_older_versions(cluster):
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin import NewPartitions as AioNewPartitions
+    from aiokafka.admin import NewTopic as AioNewTopic
+
+    _admin(cluster, 102).close()  # both brokers registered and unfenced
+    host, port = cluster.addresses[102]
+
+    async def run():
+        admin = AIOKafkaAdminClient(bootstrap_servers=f"{host}:{port}", request_timeout_ms=10_000)
+        await admin.start()
+        try:
+            created = await admin.create_topics([AioNewTopic("legacy", 3, 2)])  # CreateTopics v3
+            assert [(t[0], t[1]) for t in created.topic_errors] == [("legacy", 0)]
+            again = await admin.create_topics([AioNewTopic("legacy", 3, 2)])
+            assert [t[1] for t in again.topic_errors] == [36]  # TOPIC_ALREADY_EXISTS
+            while "legacy" not in await admin.list_topics():
+                await asyncio.sleep(0.05)
+            (described,) = await admin.describe_topics(["legacy"])  # Metadata v5
+            assert described["error_code"] == 0 and len(described["partitions"]) == 3
+            assert all(p["leader"] in BROKERS and sorted(p["replicas"]) == [101, 102] for p in described["partitions"])
+            grown = await admin.create_partitions({"legacy": AioNewPartitions(4)})
+            assert [t[1] for t in grown.topic_errors] == [0]
+            deleted = await admin.delete_topics(["legacy"])  # DeleteTopics v3: topic names
+            assert [tuple(t) for t in deleted.topic_error_codes] == [("legacy", 0)]
+            while "legacy" in await admin.list_topics():
+                await asyncio.sleep(0.05)
+        finally:
+            await admin.close()
+
+    asyncio.run(asyncio.wait_for(run(), 60))

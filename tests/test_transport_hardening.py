@@ -43,6 +43,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.api_versions.v3.response import ApiVersionsResponse
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import request as md_req
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import Records
@@ -270,7 +271,7 @@ def test_length_guard_walks_valid_frames_exactly_as_kio_reads_them(data):
     assume(body is not None)
     frame = wire.frame_request(key, version, 5, data.draw(st.none() | st.text(max_size=5)), request)[4:]
     end = check_request_lengths(frame)
-    header, pos = entity_reader(RequestHeaderV2)(frame, 0)
+    header, pos = entity_reader(RequestHeaderV2 if req_type.__flexible__ else RequestHeaderV1)(frame, 0)
     _, size = entity_reader(req_type)(frame, pos)
     assert end == pos + size == len(frame)
 
@@ -534,12 +535,22 @@ def test_well_formed_requests_are_answered_and_close_silently(node):
 
 
 def test_api_versions_of_an_unserved_version_is_answered_with_the_served_range(node):
-    """KIP-511: ApiVersions at a version the node does not serve (v0 here, v99) gets v0's shape with
+    """KIP-511: ApiVersions at a version the node does not serve (v5 here, v99) gets v0's shape with
     UNSUPPORTED_VERSION and the ApiVersions range the node serves, on an open connection, so a
-    client can retry at once; nothing is logged."""
+    client can retry at once; nothing is logged. v0 itself is served (clients from before KIP-511
+    ask at v0-v2): its answer lists the APIs."""
     from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 
-    for version, correlation_id in ((0, 21), (99, 22)):
+    with node.connect() as s:
+        s.settimeout(5)
+        v0 = struct.pack(">hhih", 18, 0, 20, -1)  # request header v1 (no tags: v0 is not flexible), empty body
+        s.sendall(struct.pack(">i", len(v0)) + v0)
+        (size,) = struct.unpack(">i", _recv_exactly(s, 4))
+        corr, body = wire.parse_response(_recv_exactly(s, size), ApiVersionsResponseV0, header_v0=True)
+        assert corr == 20 and body.error_code == ErrorCode.none
+        rows = [(k.api_key, k.min_version, k.max_version) for k in body.api_keys]
+        assert (18, 0, 4) in rows and (52, 2, 2) in rows
+    for version, correlation_id in ((5, 21), (99, 22)):
         with node.connect() as s:
             s.settimeout(5)
             port = s.getsockname()[1]
@@ -549,7 +560,7 @@ def test_api_versions_of_an_unserved_version_is_answered_with_the_served_range(n
             corr, body = wire.parse_response(_recv_exactly(s, size), ApiVersionsResponseV0, header_v0=True)
             assert corr == correlation_id
             assert body.error_code == ErrorCode.unsupported_version
-            assert [(k.api_key, k.min_version, k.max_version) for k in body.api_keys] == [(18, 3, 4)]
+            assert [(k.api_key, k.min_version, k.max_version) for k in body.api_keys] == [(18, 0, 4)]
             assert (52, 2, 2) in node.api_versions(s, correlation_id + 100)  # the connection stays usable
         assert node.lines_for(port) == []
 
@@ -859,7 +870,7 @@ def test_tls_server_name_check(pki):
                 await wrong.open()
             client = RaftClient({1: ("127.0.0.1", port)},
                                 ssl_context=tls.client_context(_args(pki, "client", server_name="kraftlog-node")))
-            assert (18, 3, 4) in await client.api_versions(1)
+            assert (18, 0, 4) in await client.api_versions(1)
             await client.close()
         finally:
             await server.close()

@@ -46,18 +46,19 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import datetime
 import logging
 import os
 import time
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader
 from kio.serial import entity_reader
 from kio.static.primitive import i16
 
 from kraftlog.engine.image import versions
+from kraftlog.engine.server import older_versions
 from kraftlog.engine.server.broker import (
     SECURITY_PROTOCOL_PLAINTEXT,
     SECURITY_PROTOCOL_SSL,
@@ -170,32 +171,50 @@ class NodeTransport(RaftTransport):
         if spec is None:
             super()._on_request(conn, frame)
             return
-        served, request_type, _ = spec
-        if version != served:
-            raise wire.WireFormatError(f"unsupported API key {api_key} version {version} (served: v{served})")
-        correlation_id, body = _parse(frame, request_type, api_key)
+        served, served_request, served_response = spec
+        if version == served:
+            correlation_id, body = _parse(frame, served_request, api_key)
+            back = None
+        else:  # an older version: read with its own type, handled as the served one (older_versions.py)
+            low, high = older_versions.version_range(api_key, served)
+            if not low <= version <= high:
+                raise wire.WireFormatError(f"unsupported API key {api_key} version {version} (served: v{low}-v{high})")
+            correlation_id, old = _parse(frame, older_versions.request_type(api_key, version), api_key)
+            body = older_versions.to_served(api_key, old, served_request)
+            back = older_versions.response_type(api_key, version)
+        loop = asyncio.get_running_loop()
         if api_key == API_OFFSETS_FOR_LEADER_EPOCH:
             core = self.core
-            self._respond(conn, answer_epoch_offsets(body, raft_log=core.log, current_epoch=core.epoch,
-                                                     high_watermark=core.high_watermark), correlation_id)
+            self._answer(conn, answer_epoch_offsets(body, raft_log=core.log, current_epoch=core.epoch,
+                                                    high_watermark=core.high_watermark), correlation_id, back)
             return
         if api_key == API_METADATA:
             image = self.publisher.image
             controller_id = controller_for(image, answering_broker=self.is_broker,
                                            active_controller=self.publisher.leader[0])
-            self._respond(conn, answer_metadata(image, body, cluster_id=self.cluster_id, controller_id=controller_id),
-                          correlation_id)
+            self._answer(conn, answer_metadata(image, body, cluster_id=self.cluster_id, controller_id=controller_id),
+                         correlation_id, back)
             return
         if self.controller is None:  # a broker: one of FORWARDED_APIS
             if self.forward is None:
                 raise wire.WireFormatError(f"API {api_key} arrived before this broker can reach a controller")
-            task = asyncio.get_running_loop().create_task(self.forward.request(api_key, served, body, spec[2]))
+            answer = self.forward.request(api_key, served, body, served_response)
         else:
-            task = asyncio.get_running_loop().create_task(self._handlers[api_key](body))
+            answer = self._handlers[api_key](body)
+        task = loop.create_task(answer if back is None else _converted(answer, back))
         if self.metrics is not None:
             started, metrics = time.perf_counter(), self.metrics
             task.add_done_callback(lambda _: metrics.request_done(api_key, started))
-        self._respond_later(conn, correlation_id, task)
+        self._respond_later(conn, correlation_id, task, header_v0=back is not None and not back.__flexible__)
+
+    def _answer(self, conn: FrameConnection, answer, correlation_id: int, back: type | None) -> None:
+        """Respond with ``answer`` (of the served version), converted to ``back`` when the request
+        came at an older version; header v0 for a non-flexible one."""
+        if back is None:
+            self._respond(conn, answer, correlation_id)
+        else:
+            self._respond(conn, older_versions.from_served(answer, back), correlation_id,
+                          header_v0=not back.__flexible__)
 
     def _queue(self, conn: FrameConnection) -> collections.deque:
         queue = getattr(conn, "kraftlog_responses", None)
@@ -212,8 +231,9 @@ class NodeTransport(RaftTransport):
         done.set_result(body)
         queue.append((correlation_id, done, header_v0))
 
-    def _respond_later(self, conn: FrameConnection, correlation_id: int, task: asyncio.Task) -> None:
-        self._queue(conn).append((correlation_id, task, False))
+    def _respond_later(self, conn: FrameConnection, correlation_id: int, task: asyncio.Task, *,
+                       header_v0: bool = False) -> None:
+        self._queue(conn).append((correlation_id, task, header_v0))
         task.add_done_callback(lambda _: self._flush(conn))
 
     def _flush(self, conn: FrameConnection) -> None:
@@ -230,11 +250,16 @@ class NodeTransport(RaftTransport):
             conn.write(wire.frame_response(correlation_id, future.result(), header_v0=header_v0))
 
 
+async def _converted(answer, back: type):
+    return older_versions.from_served(await answer, back)
+
+
 def _parse(frame: bytes, request_type: type, api_key: int):
-    """(correlation id, kio body) of a request; WireFormatError if it does not decode exactly (the
-    transport then closes that connection)."""
+    """(correlation id, kio body) of a request (header v2 before a flexible body, else v1);
+    WireFormatError if it does not decode exactly (the transport then closes that connection)."""
+    header_type = RequestHeader if request_type.__flexible__ else RequestHeaderV1
     try:
-        header, pos = entity_reader(RequestHeader)(frame, 0)
+        header, pos = entity_reader(header_type)(frame, 0)
         body, size = entity_reader(request_type)(frame, pos)
     except Exception as exc:  # kio raises many kinds (ValueError, IndexError, UnicodeDecodeError, ...)
         raise wire.WireFormatError(f"malformed request (API {api_key}): {type(exc).__name__}: {exc}") from None
@@ -244,9 +269,11 @@ def _parse(frame: bytes, request_type: type, api_key: int):
 
 
 def supported_api_versions(served: dict | None = None) -> list[tuple[int, int, int]]:
-    """Raft's APIs and ``served`` (default: a controller's): (api key, min version, max version)."""
+    """Raft's APIs and ``served`` (default: a controller's): (api key, min version, max version);
+    the older versions that older_versions.py converts count."""
     served = NODE_CONTROLLER_APIS if served is None else served
-    return sorted(wire.supported_api_versions() + [(k, v, v) for k, (v, _, _) in served.items()])
+    return sorted(wire.supported_api_versions()
+                  + [(k, *older_versions.version_range(k, v)) for k, (v, _, _) in served.items()])
 
 
 def _unsupported_api_versions():
@@ -258,13 +285,10 @@ def _unsupported_api_versions():
 
 
 def _api_versions_response(version: int, served: dict, image, supported):
-    """ApiVersions v3/v4: the APIs, plus (once there is an image) the supported and finalized
-    features that `kraftlog features describe` and Kafka's admin client read."""
-    _, resp_type, row_type = wire._API_VERSIONS[version]
-    keys = tuple(row_type(api_key=i16(k), min_version=i16(lo), max_version=i16(hi))
-                 for k, lo, hi in supported_api_versions(served))
-    features = {} if image is None else api_versions_feature_fields(image, supported, version=version)
-    return resp_type(error_code=ErrorCode.none, api_keys=keys, throttle_time=datetime.timedelta(0), **features)
+    """ApiVersions v0-v4: the APIs, plus from v3 (once there is an image) the supported and
+    finalized features that `kraftlog features describe` and Kafka's admin client read."""
+    features = {} if image is None or version < 3 else api_versions_feature_fields(image, supported, version=version)
+    return wire.api_versions_response(version, supported_api_versions(served), **features)
 
 
 # ---- periodic snapshots -----------------------------------------------------------------------------
