@@ -11,7 +11,7 @@ import struct
 import crc32c as reference_crc
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from kraftlog.engine.records import batch
@@ -181,6 +181,7 @@ def test_mutations_inside_a_segment_stop_scans_at_the_damaged_batch(buf, mutatio
 
 @FUZZ
 @given(st.lists(st.binary(max_size=30), min_size=1, max_size=20), st.lists(mutation, min_size=1, max_size=3))
+@example(values=[b""], mutations=[("flip", 4, 8)])  # a frame header zstd's content-size probe refuses
 def test_mutated_zstd_frames_are_refused_or_read_consistently(values, mutations):
     """Damage inside the compressed records (CRC fixed): zstd errors and walker errors stay typed."""
     buf = batch.build_batch_from_values(values * 3, codec=batch.CODEC_ZSTD, timestamp_ms=1)

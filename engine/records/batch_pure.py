@@ -415,7 +415,10 @@ def decompress_records(frame) -> bytes:
     extent, bound = _zstd_frame_extent(frame)
     if extent != len(frame):
         raise _Problem(f"{len(frame) - extent} bytes after the zstd frame")
-    declared = zstandard.frame_content_size(frame)
+    try:
+        declared = zstandard.frame_content_size(frame)
+    except zstandard.ZstdError as exc:  # a frame header our walk accepted but zstd does not (reserved bits)
+        raise _Problem(f"zstd frame header is not valid: {exc}") from None
     if declared > bound:
         raise _Problem(f"zstd frame declares {declared} bytes but its blocks hold at most {bound}")
     if bound == 0:
