@@ -454,6 +454,8 @@ cdef struct Ctx:
     int16_t *p_rep_n
     int32_t *p_isr
     int16_t *p_isr_n
+    uint8_t *p_dir       # [rows, p_rep_w * 16]: the first p_dir_n[row] replicas' directory ids
+    int16_t *p_dir_n     # 0: none or all MIGRATING (the image stores those as empty)
     uint8_t *p_extras
     # partition changes
     int32_t *c_rec
@@ -737,7 +739,7 @@ cdef int body_partition(Ctx *x, Cur *c, int64_t row, int64_t version) noexcept n
     # RemovingReplicas []int32, AddingReplicas []int32, Leader int32, LeaderEpoch int32,
     # PartitionEpoch int32, Directories []uuid (v1+); tags: 0 LeaderRecoveryState int8,
     # 1 EligibleLeaderReplicas []int32? (v2+), 2 LastKnownElr []int32? (v2+)
-    cdef int64_t n, tag_at
+    cdef int64_t n, tag_at, replica_count
     cdef uint64_t count, tag, i
     cdef Cur sub
     cdef uint8_t extras = 0
@@ -745,6 +747,7 @@ cdef int body_partition(Ctx *x, Cur *c, int64_t row, int64_t version) noexcept n
         return -1
     if rd_array(c, &n, 4, False, "Replicas") < 0:
         return -1
+    replica_count = n
     if n > x.p_rep_w:
         if n <= LIST_COLUMN_MAX_WIDTH:
             return fail(c, c.pos, "Replicas", "list wider than sized (the buffer changed while decoding)")
@@ -770,11 +773,16 @@ cdef int body_partition(Ctx *x, Cur *c, int64_t row, int64_t version) noexcept n
     if rd_i32(c, x.p_leader + row, "Leader") < 0 or rd_i32(c, x.p_lepoch + row, "LeaderEpoch") < 0 \
             or rd_i32(c, x.p_pepoch + row, "PartitionEpoch") < 0:
         return -1
+    x.p_dir_n[row] = 0
     if version >= 1:
         if rd_array(c, &n, 16, False, "Directories") < 0:
             return -1
         if any_nonzero(c.p + c.pos - 16 * n, 16 * n):  # DirectoryId.MIGRATING is the zero UUID
-            extras = 1
+            if n != replica_count or n > x.p_rep_w:
+                extras = 1  # the generic path refuses the record (or holds the wide list)
+            else:
+                memcpy(x.p_dir + row * x.p_rep_w * 16, c.p + c.pos - 16 * n, 16 * n)
+                x.p_dir_n[row] = clip16(n)
     x.p_lrs[row] = 0
     if rd_tag_count(c, &count) < 0:
         return -1
@@ -1303,6 +1311,8 @@ cdef dict allocate_tables(Ctx *x):
              "leader_recovery_state": np.empty(k, np.int8),
              "replicas": np.empty((k, x.p_rep_w), np.int32), "replica_count": np.empty(k, np.int16),
              "isr": np.empty((k, x.p_isr_w), np.int32), "isr_count": np.empty(k, np.int16),
+             # zeros: calloc'd, so only the rows that carry directories ever touch memory
+             "directories": np.zeros((k, x.p_rep_w * 16), np.uint8), "directory_count": np.empty(k, np.int16),
              "extras": np.empty(k, np.bool_)}
     x.p_rec = p_i32(parts["record_index"])
     x.p_tid = p_u64(parts["topic_id"])
@@ -1315,6 +1325,8 @@ cdef dict allocate_tables(Ctx *x):
     x.p_rep_n = p_i16(parts["replica_count"])
     x.p_isr = p_i32(parts["isr"])
     x.p_isr_n = p_i16(parts["isr_count"])
+    x.p_dir = p_u8(parts["directories"])
+    x.p_dir_n = p_i16(parts["directory_count"])
     x.p_extras = p_u8(parts["extras"])
 
     k = x.counts[K_CHANGE]

@@ -197,3 +197,42 @@ def test_region_boundaries_inside_a_topic_keep_the_bulk_path(workload):
     assert summary(image) == summary(replay_generic(base))
     # at most one topic's partitions per region boundary, plus the brokers (not bulk records)
     assert manifests[0].generic_records <= len(regions) * shape.partitions_per_topic + 2 * shape.brokers + 1
+
+
+def test_partition_records_with_directories_go_through_the_columns():
+    """PartitionRecords with one directory per replica (as Kafka's controller writes them from
+    3.7-IV2: a broker's log dir, UNASSIGNED, or MIGRATING mixed in) replay in bulk and give the
+    generic codec's image, directory table included; a later replica change carries them over."""
+    dirs = [uuid.UUID(int=(7 << 64) | b) for b in range(4)]
+    unassigned, migrating = uuid.UUID(int=1), uuid.UUID(int=0)
+    values = [codec.encode_record("FeatureLevelRecord", 0, {"Name": "metadata.version",
+                                                            "FeatureLevel": versions.LATEST})]
+    for t in range(20):
+        topic_id = uuid.UUID(int=1000 + t)
+        values.append(codec.encode_record("TopicRecord", 0, {"Name": f"t{t}", "TopicId": topic_id}))
+        for p in range(5):
+            replicas = [(t + p + k) % 4 for k in range(3)]
+            directories = [dirs[r] for r in replicas]
+            if p == 3:
+                directories[1] = unassigned
+            if p == 4 and t % 2:
+                directories = [migrating] * 3  # all MIGRATING: stored as none
+            elif p == 4:
+                directories[2] = migrating
+            values.append(codec.encode_record("PartitionRecord", 1, {
+                "PartitionId": p, "TopicId": topic_id, "Replicas": replicas, "Isr": replicas, "Leader": replicas[0],
+                "LeaderEpoch": 0, "PartitionEpoch": 0, "RemovingReplicas": [], "AddingReplicas": [],
+                "Directories": directories}))
+    values.append(codec.encode_record("PartitionChangeRecord", 1, {
+        "PartitionId": 0, "TopicId": uuid.UUID(int=1000), "Replicas": [0, 1, 3], "Isr": [0, 1, 3]}))
+    manifests = []
+    loader = Loader(publishers=[lambda d, i, m: manifests.append(m)])
+    image = loader.replay(to_log(values, per_batch=50))
+    expected = replay_generic(values)
+    assert summary(image) == summary(expected)
+    p0 = image.topics.partition("t0", 0)
+    assert p0.directories == (dirs[0], dirs[1], unassigned)  # kept, kept, new replica 3: UNASSIGNED
+    assert image.topics.partition("t0", 1).directories == (dirs[1], dirs[2], dirs[3])
+    assert image.topics.partition("t1", 4).directories == ()
+    # the feature record and the one change went generic; the 120 topic/partition records did not
+    assert sum(m.generic_records for m in manifests) == 2

@@ -78,12 +78,18 @@ def partition(draw):
          "Leader": draw(i32), "LeaderEpoch": draw(i32), "PartitionEpoch": draw(i32),
          "LeaderRecoveryState": draw(st.one_of(st.just(0), i8))}
     if v >= 1:
+        n = len(d["Replicas"])  # one directory per replica is the valid shape (the columns carry it)
         d["Directories"] = draw(st.one_of(st.just([]), st.lists(st.just(ZERO), min_size=1, max_size=3),
+                                          st.lists(uuids, min_size=n, max_size=n),
+                                          st.lists(st.sampled_from([ZERO, *_DIRS]), min_size=n, max_size=n),
                                           st.lists(uuids, min_size=1, max_size=3)))
     if v >= 2:
         d["EligibleLeaderReplicas"] = draw(st.one_of(st.none(), st.none(), ids))
         d["LastKnownElr"] = draw(st.one_of(st.none(), st.none(), ids))
     return "PartitionRecord", v, _with_tags(d, draw(unknown_tags))
+
+
+_DIRS = [uuid.UUID(int=2 + k) for k in range(3)]  # a few brokers' directories, repeated across records
 
 
 @st.composite
@@ -324,10 +330,17 @@ def check_partition(t, row, d, rec):
     assert list(t.replicas[row]) == _row(d["Replicas"], t.replicas.shape[1])
     assert list(t.isr[row]) == _row(d["Isr"], t.isr.shape[1])
     assert t.replica_count[row] == len(d["Replicas"]) and t.isr_count[row] == len(d["Isr"])
-    extras = (bool(d["RemovingReplicas"]) or bool(d["AddingReplicas"]) or any(u != ZERO for u in d["Directories"])
-              or d["EligibleLeaderReplicas"] is not None or d["LastKnownElr"] is not None
+    dirs = d.get("Directories", [])
+    carried = any(u != ZERO for u in dirs) and len(dirs) == len(d["Replicas"]) and not _too_wide(d["Replicas"])
+    extras = (bool(d["RemovingReplicas"]) or bool(d["AddingReplicas"])
+              or (any(u != ZERO for u in dirs) and not carried)
+              or d.get("EligibleLeaderReplicas") is not None or d.get("LastKnownElr") is not None
               or bool(d.get(UNKNOWN_TAGS)) or _too_wide(d["Replicas"], d["Isr"]))
     assert t.extras[row] == extras
+    # directories ride in the columns when there is one per replica and one is not MIGRATING
+    assert t.directory_count[row] == (len(dirs) if carried else 0)
+    if carried:
+        assert bytes(t.directories[row, :16 * len(dirs)]) == b"".join(u.bytes for u in dirs)
 
 
 def check_change(t, row, d, rec):

@@ -10,8 +10,9 @@ Data flow:
 Runs: records are applied strictly in log order, but consecutive records of one shape go in one
 vectorised step: a run of TopicRecords + PartitionRecords (what CreateTopics and snapshots write)
 through TopicsDelta.bulk_create; a run of PartitionChangeRecords through bulk_change. A record the
-columns do not carry completely (``extras``: directories, ELR, adding/removing replicas, broker
-endpoints) or of any other type is decoded by the generic codec and replayed on its own.
+columns do not carry completely (``extras``: ELR, adding/removing replicas, directories of a
+PartitionChangeRecord, broker endpoints) or of any other type is decoded by the generic codec and
+replayed on its own. PartitionRecord directories ride in the columns.
 
 Transactions (Begin/End/AbortTransactionRecord): records between a Begin and its Abort are
 dropped; a transaction still open at the end of what was read is held back: the loader applies
@@ -312,8 +313,9 @@ class _Context:
                                                               self.snapshot_end_offset), None
             if epochs is None:
                 return False  # TopicRecords with other tagged fields: the generic path keeps them
-        # Every partition goes in whole columns; those with extras (directories, ELR, ...) are then
-        # replayed again by the generic codec, which overwrites their row in full.
+        # Every partition goes in whole columns (directories too); those with extras (ELR, adding/
+        # removing replicas, ...) are then replayed again by the generic codec, which overwrites
+        # their row in full.
         plain = slice(None) if _is_all_rows(p_rows, len(parts.partition_id)) else p_rows
         extra_idx = indexes[~is_topic][parts.extras[p_rows]]
         ids = topics.topic_id.view(np.int64)
@@ -327,6 +329,7 @@ class _Context:
                 "leader_epoch": parts.leader_epoch[plain], "partition_epoch": parts.partition_epoch[plain],
                 "leader_recovery_state": parts.leader_recovery_state[plain],
                 "replicas": parts.replicas[plain], "isr": parts.isr[plain],
+                **self._directories(parts, plain),
             }, partition_epochs=partition_epochs)
         if not ok:
             return False
@@ -335,6 +338,15 @@ class _Context:
                 self.one(i)
         self.delta.changed.add("topics")
         return True
+
+    @staticmethod
+    def _directories(parts, plain) -> dict:
+        """The directory columns for bulk_create, only when a row has some (W*16 bytes per row
+        would otherwise be copied for nothing whenever ``plain`` picks rows)."""
+        counts = parts.directory_count[plain]
+        if not counts.any():
+            return {}
+        return {"directories": parts.directories[plain], "directory_count": counts}
 
     # -- PartitionChangeRecord runs ------------------------------------------------------------------
     def bulk_change(self, indexes: np.ndarray) -> None:

@@ -465,6 +465,21 @@ class TopicsDelta:
             raise MetadataReplayError("the lengths of replicas and directories do not match")
         self.partitions.set_list(prow, "directories", [self._directory_code(d) for d in directories])
 
+    def _directory_codes(self, directories: np.ndarray | None, counts: np.ndarray | None) -> np.ndarray | None:
+        """Directory ids (uint8 [n, W*16], the first counts[r] of row r) as codes into
+        ``directory_ids`` (int32 [n, W], -1 padded: a row without any is stored empty, as
+        _set_directories stores an all-MIGRATING list); None when no row has any."""
+        if directories is None or counts is None or not counts.any():
+            return None
+        width = directories.shape[1] // 16
+        present = np.arange(width)[None, :] < counts[:, None].astype(np.int64)
+        ids = np.ascontiguousarray(directories.reshape(len(counts), width, 16)[present])
+        distinct, which = np.unique(ids.view(np.dtype((np.void, 16))).ravel(), return_inverse=True)
+        code_of = np.array([self._directory_code(uuid.UUID(bytes=d.tobytes())) for d in distinct], np.int32)
+        codes = np.full((len(counts), width), -1, np.int32)
+        codes[present] = code_of[which.ravel()]
+        return codes
+
     def _directory_code(self, directory: uuid.UUID) -> int:
         code = self._directory_index.get(directory)
         if code is None:
@@ -570,7 +585,8 @@ class TopicsDelta:
         """TopicRecords followed by their PartitionRecords, in the shape snapshots and CreateTopics
         write them, applied as whole columns. ``partitions`` holds topic_hi, topic_lo,
         partition_id, leader, leader_epoch, partition_epoch, leader_recovery_state and the 2-D
-        replicas / isr arrays (-1 padded). Returns False, changing nothing, when the input is not in
+        replicas / isr arrays (-1 padded), and optionally directories (uint8 [n, W*16], the
+        replicas' directory ids) with directory_count (0: none, all MIGRATING). Returns False, changing nothing, when the input is not in
         that shape (an existing or repeated topic, a partition of another topic, a duplicate or
         missing partition id); the caller then replays record by record. ``partition_epochs``
         (aligned with the partitions; log replay: their offsets) raise each topic's epoch to its
@@ -609,10 +625,12 @@ class TopicsDelta:
         topic_rows = np.arange(first_topic_row, first_topic_row + count, dtype=np.int32)
         self.name_index.insert_many(name_hashes, topic_rows)
         self.id_index.insert_many(hindex.hash_ids(id_hi, id_lo), topic_rows)
+        directories = self._directory_codes(partitions.get("directories"), partitions.get("directory_count"))
         self.partitions.append({
             "topic_row": (owner + first_topic_row).astype(np.int32),
             **{k: partitions[k] for k in ("partition_id", "leader", "leader_epoch", "partition_epoch",
                                           "leader_recovery_state", "replicas", "isr")},
+            **({} if directories is None else {"directories": directories}),
         })
         self.live_topics += count
         self.changes.topic_rows = self.topics.rows

@@ -17,7 +17,8 @@ One row per metadata record (control records are not rows). Columns (ROW_FIELDS,
       config_name, config_value
     and json: the record as ``kafka-dump-log --cluster-metadata-decoder`` prints it, for every record
     the columns do not hold completely (other record types, and hot records with ``extras``:
-    directories, ELR, adding/removing replicas, unknown tags, long lists). Those few rows are
+    ELR, adding/removing replicas, unknown tags, long lists; PartitionRecords with directories,
+    which the decoder's columns carry but this schema only in json). Those few rows are
     decoded by the generic codec, which also fills their typed columns.
 
 Hot rows never become Python objects: each column is assembled from the decoder's numpy tables as
@@ -394,15 +395,19 @@ def _pick(table, out_row: np.ndarray | None):
     The rows are ``slice(None)`` when they are all of the table (no extras, none filtered out), so
     the callers' column lookups are views, not copies."""
     rec = table.record_index.astype(np.int64)
-    take = ~table.extras
+    generic = table.extras
+    directory_count = getattr(table, "directory_count", None)
+    if directory_count is not None:  # a PartitionRecord's directories: only the json column holds them
+        generic = generic | (directory_count > 0)
+    take = ~generic
     if out_row is not None:
         kept = out_row[rec] >= 0
-        extras = rec[kept & table.extras]
+        extras = rec[kept & generic]
         take &= kept
         rows = np.flatnonzero(take)
         return _all_or(rows, len(rec)), out_row[rec[rows]], extras.tolist()
     rows = np.flatnonzero(take)
-    return _all_or(rows, len(rec)), rec[rows], rec[table.extras].tolist()
+    return _all_or(rows, len(rec)), rec[rows], rec[generic].tolist()
 
 
 def _all_or(rows: np.ndarray, k: int) -> np.ndarray | slice:

@@ -100,7 +100,10 @@ class MetadataColumns:
         topics: record_index, topic_id uint64[k,2] (msb, lsb), name_offsets int64[k+1] into name_blob
         partitions: record_index, topic_id, partition_id, leader, leader_epoch, partition_epoch
             (int32), leader_recovery_state int8, replicas int32[m,W] (-1 padded), replica_count
-            int16, isr int32[m,Wi], isr_count int16
+            int16, isr int32[m,Wi], isr_count int16, directories uint8[m,W*16] (the replicas'
+            directory ids in replica order, zero padded) with directory_count int16 (0 when the
+            record has none or all are MIGRATING; else one per replica: a count that differs
+            from the replicas' is a record the columns leave to the generic codec, extras)
         partition_changes: record_index, topic_id, partition_id, leader (-2 unchanged, -1 none),
             leader_recovery_state int8 (-1 unchanged), isr/replicas (-1 padded) with
             isr_count/replica_count int16 (-1 = null = unchanged)

@@ -295,7 +295,7 @@ class _Tables:
         self.topics = {"record_index": [], "topic_id": [], "name": [], "extras": []}
         self.partitions = {k: [] for k in ("record_index", "topic_id", "partition_id", "leader", "leader_epoch",
                                            "partition_epoch", "leader_recovery_state", "replicas", "replica_count",
-                                           "isr", "isr_count", "extras")}
+                                           "isr", "isr_count", "directories", "directory_count", "extras")}
         self.changes = {k: [] for k in ("record_index", "topic_id", "partition_id", "leader",
                                         "leader_recovery_state", "isr", "isr_count", "replicas",
                                         "replica_count", "extras")}
@@ -343,9 +343,14 @@ def _body_partition(t, buf, p, end, version, i):
     leader, p = _fixed(_I32, buf, p, end, "Leader")
     leader_epoch, p = _fixed(_I32, buf, p, end, "LeaderEpoch")
     partition_epoch, p = _fixed(_I32, buf, p, end, "PartitionEpoch")
+    directories = b""
     if version >= 1:
         n, at, p = _array(buf, p, end, 16, False, "Directories")
-        extras |= any(buf[at:at + 16 * n])  # DirectoryId.MIGRATING is the zero UUID
+        if any(buf[at:at + 16 * n]):  # DirectoryId.MIGRATING is the zero UUID
+            if n != len(replicas) or n > LIST_MAX_WIDTH:
+                extras = True  # the generic path refuses the record (or holds the wide list)
+            else:
+                directories = bytes(buf[at:at + 16 * n])
     lrs = 0
     count, p = _tag_count(buf, p, end)
     for _ in range(count):
@@ -368,7 +373,8 @@ def _body_partition(t, buf, p, end, version, i):
                        ("leader_epoch", leader_epoch), ("partition_epoch", partition_epoch),
                        ("leader_recovery_state", lrs), ("replicas", replicas),
                        ("replica_count", min(len(replicas), INT16_MAX)), ("isr", isr),
-                       ("isr_count", min(len(isr), INT16_MAX)), ("extras", extras)):
+                       ("isr_count", min(len(isr), INT16_MAX)), ("directories", directories),
+                       ("directory_count", len(directories) // 16), ("extras", extras)):
         r[key].append(value)
     return p
 
@@ -640,6 +646,14 @@ def _padded(lists, width) -> np.ndarray:
     return out
 
 
+def _padded_bytes(rows, width) -> np.ndarray:
+    out = np.zeros((len(rows), width), dtype=np.uint8)
+    for r, value in enumerate(rows):
+        if value:
+            out[r, :len(value)] = np.frombuffer(value, np.uint8)
+    return out
+
+
 def _blob(strings) -> tuple[np.ndarray, bytes]:
     offsets = np.zeros(len(strings) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([len(s) for s in strings], dtype=np.int64)
@@ -678,6 +692,8 @@ def _finish(t: _Tables) -> dict:
             "leader_recovery_state": np.array(p["leader_recovery_state"], np.int8),
             "replicas": _padded(p["replicas"], w["p_rep"]), "replica_count": np.array(p["replica_count"], np.int16),
             "isr": _padded(p["isr"], w["p_isr"]), "isr_count": np.array(p["isr_count"], np.int16),
+            "directories": _padded_bytes(p["directories"], w["p_rep"] * 16),
+            "directory_count": np.array(p["directory_count"], np.int16),
             "extras": _flags(p["extras"])},
         "partition_changes": {
             "record_index": np.array(c["record_index"], np.int32), "topic_id": _ids(c["topic_id"]),

@@ -13,8 +13,8 @@ directory is MIGRATING (the record has no Directories field before PartitionReco
 from there a replica on a broker registered with exactly one log directory gets that directory,
 on a broker registered without directories MIGRATING, otherwise (several directories, or a broker
 that is not registered) UNASSIGNED, which the broker resolves by picking one. The controller
-uses them only with ControllerConfig.assign_default_directories (see there why it is off);
-otherwise every new replica's directory is MIGRATING (``migrating_directories``).
+uses them unless ControllerConfig.assign_default_directories is off; then every new replica's
+directory is MIGRATING (``migrating_directories``).
 
 DirectoryId's reserved values (Kafka's latest DirectoryId; an early 3.7 draft had the first two
 swapped): MIGRATING = Uuid(0, 0), so records written before directories existed read as MIGRATING;
