@@ -16,8 +16,8 @@ CreateTopics of many topics may take longer than one heartbeat's bound). While n
 it (an election under way: the voters answer NOT_CONTROLLER or are gone) it is asked again, backing
 off, until then; an attempt on a controller that stops leading ends as soon as the metadata log
 names the next one (ControllerChannel). When no controller answered in time, every topic (feature)
-gets REQUEST_TIMED_OUT naming why, which Kafka clients retry. A retried CreateTopics that did commit the first time answers TOPIC_ALREADY_EXISTS,
-as it would in Kafka.
+gets REQUEST_TIMED_OUT naming why, which Kafka clients retry. A retried CreateTopics that did
+commit the first time answers TOPIC_ALREADY_EXISTS, as it would in Kafka.
 """
 
 from __future__ import annotations
