@@ -16,10 +16,11 @@ clusters (every key starts with ``cluster``). Rules, the same as MetadataDelta's
                 removing / adding replicas, ELR and last-known ELR come from the ``json`` column
                 of extras rows (hot rows have none: a PartitionRecord's are empty, a change's
                 unchanged); in a change null = unchanged, and a replica change alone leaves them
-                as they are (Kafka's PartitionRegistration.merge). directories (Kafka's base64url
-                uuid text; empty = every replica MIGRATING, also when every entry is MIGRATING)
-                are folded over the partition's few directory events in offset order: a change
-                with non-empty Directories sets them; one with Replicas and no Directories keeps
+                as they are (Kafka's PartitionRegistration.merge). directories (the typed column:
+                Kafka's base64url uuid text; empty = every replica MIGRATING, also when every
+                entry is MIGRATING) are folded over the partition's few directory events in
+                offset order: a change with non-empty Directories sets them; one with Replicas
+                and no Directories keeps
                 a kept replica's directory (MIGRATING when the list is empty) and gives a new one
                 UNASSIGNED (Kafka's createDirectoriesFrom, as the single-node loader does).
     brokers     the last RegisterBrokerRecord is the base; FenceBroker / UnfenceBroker /
@@ -59,8 +60,7 @@ UNASSIGNED_DIRECTORY = "AAAAAAAAAAAAAAAAAAAAAQ"  # DirectoryId.UNASSIGNED = Uuid
 # camelCase names under "data"; a change record omits a null field, so absent = unchanged).
 EXTRA_LIST_FIELDS = (("removing_replicas", "removingReplicas"), ("adding_replicas", "addingReplicas"),
                      ("eligible_leader_replicas", "eligibleLeaderReplicas"), ("last_known_elr", "lastKnownElr"))
-_EXTRAS_SCHEMA = ("data STRUCT<" + ", ".join(f"{j}: ARRAY<INT>" for _, j in EXTRA_LIST_FIELDS)
-                  + ", directories: ARRAY<STRING>>")
+_EXTRAS_SCHEMA = "data STRUCT<" + ", ".join(f"{j}: ARRAY<INT>" for _, j in EXTRA_LIST_FIELDS) + ">"
 
 
 def read_for_replay(spark, paths, *, on_corrupt: str = "fail"):
@@ -149,21 +149,16 @@ def _topics(recs):
 
 
 def _with_partition_extras(recs):
-    """``recs`` with removing_replicas, adding_replicas, eligible_leader_replicas, last_known_elr
-    and directories parsed from the ``json`` of partition extras rows (null elsewhere). Parsed
-    before the persist so the cache holds a few arrays instead of the JSON text."""
+    """``recs`` with removing_replicas, adding_replicas, eligible_leader_replicas and last_known_elr
+    parsed from the ``json`` of partition extras rows (null elsewhere). Parsed before the persist
+    so the cache holds a few arrays instead of the JSON text."""
     from pyspark.sql import functions as F
 
     extras = F.col("record_type").isin(*PARTITION_TYPES) & F.col("json").isNotNull()
     data = F.from_json(F.when(extras, F.col("json")), _EXTRAS_SCHEMA).getField("data")
-    dirs = data.getField("directories")
-    # Kafka: an absent or empty Directories means unchanged in a change (every replica MIGRATING
-    # in a PartitionRecord, which _partitions' base makes of a null); all MIGRATING is kept as [].
-    all_migrating = F.forall(dirs, lambda d: d == F.lit(MIGRATING_DIRECTORY))
-    directories = (F.when(F.size(dirs) <= 0, F.lit(None))
-                   .when(all_migrating, F.array().cast("array<string>")).otherwise(dirs))
-    return recs.select("*", *(data.getField(j).alias(c) for c, j in EXTRA_LIST_FIELDS),
-                       directories.alias("directories"))
+    # directories come typed (rows.py): null = none named (unchanged in a change; every replica
+    # MIGRATING in a PartitionRecord, which _partitions' base makes of a null); [] = all MIGRATING
+    return recs.select("*", *(data.getField(j).alias(c) for c, j in EXTRA_LIST_FIELDS))
 
 
 def _partitions(recs, topics):

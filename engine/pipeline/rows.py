@@ -9,6 +9,9 @@ One row per metadata record (control records are not rows). Columns (ROW_FIELDS,
       partition, leader, leader_epoch, partition_epoch,         PartitionRecord; PartitionChangeRecord
       leader_recovery_state, replicas, isr                      as written: leader -2 = unchanged,
                                                                 null lists / recovery state = unchanged
+      directories (Kafka's base64url ids)                       Partition*: null = none named (or, in
+                                                                a PartitionRecord, all MIGRATING);
+                                                                [] = a change setting all MIGRATING
       broker_id, broker_epoch, fenced, in_controlled_shutdown,  RegisterBroker, UnregisterBroker,
       rack                                                      Fence/Unfence, BrokerRegistrationChange
                                                                 (fenced null: no fencing change)
@@ -17,9 +20,8 @@ One row per metadata record (control records are not rows). Columns (ROW_FIELDS,
       config_name, config_value
     and json: the record as ``kafka-dump-log --cluster-metadata-decoder`` prints it, for every record
     the columns do not hold completely (other record types, and hot records with ``extras``:
-    ELR, adding/removing replicas, unknown tags, long lists; PartitionRecords with directories,
-    which the decoder's columns carry but this schema only in json). Those few rows are
-    decoded by the generic codec, which also fills their typed columns.
+    ELR, adding/removing replicas, a change's directories, unknown tags, long lists). Those few
+    rows are decoded by the generic codec, which also fills their typed columns.
 
 Hot rows never become Python objects: each column is assembled from the decoder's numpy tables as
 (rows, values) parts put in record order by numpy scatters (_Columns). Strings are built straight
@@ -47,7 +49,7 @@ ROW_FIELDS: tuple[tuple[str, pa.DataType], ...] = (
     ("timestamp", pa.timestamp("us", tz="UTC")), ("record_type", pa.string()), ("record_version", pa.int16()),
     ("topic_id", pa.string()), ("topic_name", pa.string()), ("partition", pa.int32()), ("leader", pa.int32()),
     ("leader_epoch", pa.int32()), ("partition_epoch", pa.int32()), ("leader_recovery_state", pa.int8()),
-    ("replicas", pa.list_(pa.int32())), ("isr", pa.list_(pa.int32())),
+    ("replicas", pa.list_(pa.int32())), ("isr", pa.list_(pa.int32())), ("directories", pa.list_(pa.string())),
     ("broker_id", pa.int32()), ("broker_epoch", pa.int64()), ("fenced", pa.bool_()),
     ("in_controlled_shutdown", pa.bool_()), ("rack", pa.string()),
     ("feature_name", pa.string()), ("feature_level", pa.int16()),
@@ -116,6 +118,18 @@ def constant_strings(value: str, n: int) -> pa.Array:
     raw = value.encode()
     offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
     return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(raw * n))
+
+
+def directory_lists(raw: np.ndarray, counts: np.ndarray) -> pa.Array:
+    """uint8[k, W*16] directory ids (the first counts[r] of row r) -> list<string> of Kafka's
+    base64url ids, without a Python object per id."""
+    k, width = len(counts), raw.shape[1] // 16
+    present = np.arange(width)[None, :] < counts[:, None].astype(np.int64)
+    ids = np.ascontiguousarray(raw.reshape(k, width, 16)[present])
+    halves = ids.view(">u8").reshape(len(ids), 2).astype(np.uint64)
+    offsets = np.zeros(k + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), uuid_strings(halves))
 
 
 def list_column(padded: np.ndarray, counts: np.ndarray) -> pa.Array:
@@ -395,19 +409,15 @@ def _pick(table, out_row: np.ndarray | None):
     The rows are ``slice(None)`` when they are all of the table (no extras, none filtered out), so
     the callers' column lookups are views, not copies."""
     rec = table.record_index.astype(np.int64)
-    generic = table.extras
-    directory_count = getattr(table, "directory_count", None)
-    if directory_count is not None:  # a PartitionRecord's directories: only the json column holds them
-        generic = generic | (directory_count > 0)
-    take = ~generic
+    take = ~table.extras
     if out_row is not None:
         kept = out_row[rec] >= 0
-        extras = rec[kept & generic]
+        extras = rec[kept & table.extras]
         take &= kept
         rows = np.flatnonzero(take)
         return _all_or(rows, len(rec)), out_row[rec[rows]], extras.tolist()
     rows = np.flatnonzero(take)
-    return _all_or(rows, len(rec)), rec[rows], rec[generic].tolist()
+    return _all_or(rows, len(rec)), rec[rows], rec[table.extras].tolist()
 
 
 def _all_or(rows: np.ndarray, k: int) -> np.ndarray | slice:
@@ -438,6 +448,10 @@ def _hot_columns(cols: MetadataColumns, c: _Columns, out_row: np.ndarray | None)
             c.put(name, out, getattr(p, col)[rows])
         c.put("replicas", out, list_column(p.replicas[rows], p.replica_count[rows]))
         c.put("isr", out, list_column(p.isr[rows], p.isr_count[rows]))
+        counts = p.directory_count[rows]
+        named = np.flatnonzero(counts > 0)
+        if len(named):
+            c.put("directories", out[named], directory_lists(p.directories[rows][named], counts[named]))
     ch = cols.partition_changes
     if len(ch):
         rows, out, extra = _pick(ch, out_row)
@@ -501,6 +515,18 @@ def _hot_columns(cols: MetadataColumns, c: _Columns, out_row: np.ndarray | None)
 _FENCING = {1: True, -1: False}  # BrokerRegistrationChangeRecord.Fenced: 1 fence, -1 unfence, 0 none
 
 
+def _directory_strings(directories, *, migrating_is_none: bool) -> list[str] | None:
+    """The ``directories`` column of a generically decoded record: None when it names none (null
+    and empty both mean "unchanged" in a change, "every replica MIGRATING" in a PartitionRecord),
+    [] for an all-MIGRATING list in a change (it sets them), None for one in a PartitionRecord (as
+    the columns give it), else Kafka's base64url ids."""
+    if not directories:
+        return None
+    if all(d.int == 0 for d in directories):
+        return None if migrating_is_none else []
+    return [codec.uuid_to_kafka(d) for d in directories]
+
+
 def _typed_values(record_type: str, d: dict) -> dict:
     """Typed column values of one generically decoded record."""
     tid = d.get("TopicId")
@@ -513,13 +539,15 @@ def _typed_values(record_type: str, d: dict) -> dict:
     elif record_type == "PartitionRecord":
         out.update(partition=d["PartitionId"], leader=d["Leader"], leader_epoch=d["LeaderEpoch"],
                    partition_epoch=d["PartitionEpoch"], leader_recovery_state=d.get("LeaderRecoveryState", 0),
-                   replicas=list(d["Replicas"]), isr=list(d["Isr"]))
+                   replicas=list(d["Replicas"]), isr=list(d["Isr"]),
+                   directories=_directory_strings(d.get("Directories"), migrating_is_none=True))
     elif record_type == "PartitionChangeRecord":
         lrs = d.get("LeaderRecoveryState", -1)
         out.update(partition=d["PartitionId"], leader=d.get("Leader", -2),
                    leader_recovery_state=None if lrs == -1 else lrs,
                    replicas=None if d.get("Replicas") is None else list(d["Replicas"]),
-                   isr=None if d.get("Isr") is None else list(d["Isr"]))
+                   isr=None if d.get("Isr") is None else list(d["Isr"]),
+                   directories=_directory_strings(d.get("Directories"), migrating_is_none=False))
     elif record_type == "ConfigRecord":
         out.update(config_resource_type=d["ResourceType"], config_resource_name=d["ResourceName"],
                    config_name=d["Name"], config_value=d["Value"])

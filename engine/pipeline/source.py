@@ -57,7 +57,8 @@ from kraftlog.engine.records import batch
 NAME = "kraftlog"
 
 _SPARK_TYPES = {"string": "STRING", "int64": "BIGINT", "int32": "INT", "int16": "SMALLINT", "int8": "TINYINT",
-                "bool": "BOOLEAN", "timestamp[us, tz=UTC]": "TIMESTAMP", "list<item: int32>": "ARRAY<INT>"}
+                "bool": "BOOLEAN", "timestamp[us, tz=UTC]": "TIMESTAMP", "list<item: int32>": "ARRAY<INT>",
+                "list<item: string>": "ARRAY<STRING>"}
 SCHEMA_DDL = ", ".join(f"{name} {_SPARK_TYPES[str(kind)]}" for name, kind in ROW_FIELDS)
 
 
