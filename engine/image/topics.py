@@ -586,9 +586,10 @@ class TopicsDelta:
         write them, applied as whole columns. ``partitions`` holds topic_hi, topic_lo,
         partition_id, leader, leader_epoch, partition_epoch, leader_recovery_state and the 2-D
         replicas / isr arrays (-1 padded), and optionally directories (uint8 [n, W*16], the
-        replicas' directory ids) with directory_count (0: none, all MIGRATING). Returns False, changing nothing, when the input is not in
-        that shape (an existing or repeated topic, a partition of another topic, a duplicate or
-        missing partition id); the caller then replays record by record. ``partition_epochs``
+        replicas' directory ids) with directory_count (0: none, all MIGRATING). Returns False,
+        changing nothing, when the input is not in that shape (an existing or repeated topic, a
+        partition of another topic, a duplicate or missing partition id); the caller then
+        replays record by record. ``partition_epochs``
         (aligned with the partitions; log replay: their offsets) raise each topic's epoch to its
         last new partition, as the scalar path does."""
         count = len(id_hi)
