@@ -213,11 +213,21 @@ def _encode_plain_partitions(topics: TopicsImage, version: int) -> list[bytes | 
         if not r or not i or r + 1 >= 0x80 or i + 1 >= 0x80:
             continue  # empty lists or multi-byte lengths: the generic codec handles these rare shapes
         sel = np.flatnonzero((rcount == r) & (icount == i))
-        by_row[rows[sel]] = _template(version, r, i, sel, ids, replicas, isr, columns)
+        by_row[rows[sel]] = partition_record_values(
+            version, ids[sel], columns["partition_id"][sel], replicas[sel, :r], isr[sel, :i], columns["leader"][sel],
+            leader_epochs=columns["leader_epoch"][sel], partition_epochs=columns["partition_epoch"][sel])
     return by_row.tolist()
 
 
-def _template(version, r, i, sel, ids, replicas, isr, columns) -> list[bytes]:
+def partition_record_values(version: int, topic_ids, partition_ids, replicas, isr, leaders, *, leader_epochs=0,
+                            partition_epochs=0, directories=None) -> list[bytes]:
+    """Framed PartitionRecord values for rows of one shape, in one numpy pass: ``replicas`` int
+    [n, R] and ``isr`` int [n, I] at their exact widths (1..126: one-byte compact lengths),
+    ``topic_ids`` uint8 [n, 16], ``directories`` uint8 [n, 16 R] (v1+; None: MIGRATING, zero
+    bytes). No removing / adding replicas, recovery state 0, no ELR: byte for byte what
+    ``codec.encode_record`` writes for such a partition (the writer's and the controller's tests
+    check it). Used by the image writer and by the controller's CreateTopics (records_fast)."""
+    r, i = replicas.shape[1], isr.shape[1]
     fields = [("frame", "u1", 3), ("pid", ">i4"), ("tid", "u1", 16), ("rlen", "u1"), ("replicas", ">i4", (r,)),
               ("ilen", "u1"), ("isr", ">i4", (i,)), ("removing", "u1"), ("adding", "u1"), ("leader", ">i4"),
               ("leader_epoch", ">i4"), ("partition_epoch", ">i4")]
@@ -225,22 +235,23 @@ def _template(version, r, i, sel, ids, replicas, isr, columns) -> list[bytes]:
         fields += [("dlen", "u1"), ("dirs", "u1", (16 * r,))]
     fields.append(("tags", "u1"))
     layout = np.dtype(fields)
-    rec = np.zeros(len(sel), dtype=layout)
-    rec["frame"] = (1, 3, version)
-    rec["pid"] = columns["partition_id"][sel]
-    rec["tid"] = ids[sel]
+    rec = np.zeros(len(partition_ids), dtype=layout)
+    rec["frame"] = (1, 3, version)  # frame version 1, apiKey 3 (PartitionRecord), record version
+    rec["pid"] = partition_ids
+    rec["tid"] = topic_ids
     rec["rlen"], rec["ilen"], rec["removing"], rec["adding"] = r + 1, i + 1, 1, 1
-    rec["replicas"] = replicas[sel, :r]
-    rec["isr"] = isr[sel, :i]
-    rec["leader"] = columns["leader"][sel]
-    rec["leader_epoch"] = columns["leader_epoch"][sel]
-    rec["partition_epoch"] = columns["partition_epoch"][sel]
+    rec["replicas"] = replicas
+    rec["isr"] = isr
+    rec["leader"] = leaders
+    rec["leader_epoch"] = leader_epochs
+    rec["partition_epoch"] = partition_epochs
     if version >= 1:
         rec["dlen"] = r + 1
+        if directories is not None:
+            rec["dirs"] = directories
     # A void view turns each fixed-size record into a bytes value in C (an "S" view would strip
     # the trailing tagged-fields 0x00).
     return rec.view(f"V{layout.itemsize}").tolist()
-
 
 
 def _partition_data(reg, version: int) -> dict:

@@ -31,12 +31,12 @@ import numpy as np
 
 from kraftlog.engine.image import versions
 from kraftlog.engine.image.topics import MIGRATING_DIRECTORY, UNASSIGNED_DIRECTORY
+from kraftlog.engine.image.writer import partition_record_values
 from kraftlog.engine.records import metadata as codec
 from kraftlog.engine.records import wire
 
 LOST_DIRECTORY = uuid.UUID(int=2)  # Kafka's DirectoryId.LOST = Uuid(0, 2)
 _ONE_BYTE_LENGTH_MAX = 0x7E  # a compact array's length byte (n + 1) stays one uvarint byte up to here
-_API_TOPIC, _API_PARTITION = 2, 3
 
 
 def default_directory(broker, level: int) -> uuid.UUID:
@@ -94,7 +94,8 @@ def partition_values(topic_ids: np.ndarray, partition_ids: np.ndarray, replicas:
     isr           int [n, w], -1 padded (at least one member per row); None = the replicas
     directories   uint8 [n, rf * 16] (version 1+: required); see DirectoryTable.lookup
 
-    Layout of the template (flexible version; lengths are compact: uvarint n + 1):
+    Layout of the template (writer.partition_record_values; flexible version; lengths are compact:
+    uvarint n + 1):
         frame        01 03 <version>
         PartitionId  int32 BE
         TopicId      16 bytes
@@ -123,37 +124,14 @@ def partition_values(topic_ids: np.ndarray, partition_ids: np.ndarray, replicas:
     partition_ids = np.asarray(partition_ids)
     for count in np.unique(counts[~wide]).tolist():
         sel = np.flatnonzero((counts == count) & ~wide)
-        values = _template(version, rf, count, topic_ids[sel], partition_ids[sel], replicas[sel], isr[sel, :count],
-                           None if directories is None else directories[sel])
+        isr_sel = isr[sel, :count]
+        values = partition_record_values(version, topic_ids[sel], partition_ids[sel], replicas[sel], isr_sel,
+                                         isr_sel[:, 0], directories=None if directories is None else directories[sel])
         if len(sel) == n:
             return values
         for k, i in enumerate(sel.tolist()):
             out[i] = values[k]
     return out
-
-
-def _template(version: int, rf: int, count: int, topic_ids, partition_ids, replicas, isr, directories) -> list[bytes]:
-    fields = [("frame", "u1", 3), ("pid", ">i4"), ("tid", "u1", 16), ("rlen", "u1"), ("replicas", ">i4", (rf,)),
-              ("ilen", "u1"), ("isr", ">i4", (count,)), ("removing", "u1"), ("adding", "u1"), ("leader", ">i4"),
-              ("leader_epoch", ">i4"), ("partition_epoch", ">i4")]
-    if version >= 1:
-        fields += [("dlen", "u1"), ("dirs", "u1", (16 * rf,))]
-    fields.append(("tags", "u1"))
-    layout = np.dtype(fields)
-    rec = np.zeros(len(partition_ids), dtype=layout)
-    rec["frame"] = (1, _API_PARTITION, version)
-    rec["pid"] = partition_ids
-    rec["tid"] = topic_ids
-    rec["rlen"], rec["ilen"], rec["removing"], rec["adding"] = rf + 1, count + 1, 1, 1
-    rec["replicas"] = replicas
-    rec["isr"] = isr
-    rec["leader"] = isr[:, 0]
-    if version >= 1:
-        rec["dlen"] = rf + 1
-        rec["dirs"] = directories
-    # a void view turns each fixed-size record into one bytes value in C (an "S" view would strip
-    # the trailing tagged-fields 0x00)
-    return rec.view(f"V{layout.itemsize}").tolist()
 
 
 def _data(topic_id, partition_id, replicas, isr, directories, i: int, version: int) -> dict:
