@@ -696,17 +696,23 @@ class Controller:
     # -- DeleteTopics ---------------------------------------------------------------------------------
 
     async def delete_topics(self, req) -> kdelete_resp.DeleteTopicsResponse:
+        return await self._per_topic_write(API_DELETE_TOPICS, req, self._delete_topics_locked, "deletions")
+
+    async def _per_topic_write(self, api_key: int, req, locked, what: str):
+        """``locked(req)`` under the write lock, once bootstrapped; when this node is not (or stops
+        being) the active controller, or the write does not commit in time, every topic of the
+        request is answered NOT_CONTROLLER / REQUEST_TIMED_OUT (``what``: the request's writes)."""
         if not self.is_active:
-            return refusal(API_DELETE_TOPICS, req, ErrorCode.not_controller, "not the active controller")
+            return refusal(api_key, req, ErrorCode.not_controller, "not the active controller")
         async with self._lock:
             try:
                 await self._ensure_bootstrapped()
-                return await self._delete_topics_locked(req)
+                return await locked(req)
             except _NotActive:
-                code, why = ErrorCode.not_controller, "lost leadership before the deletions were committed"
+                code, why = ErrorCode.not_controller, f"lost leadership before the {what} were committed"
             except TimeoutError:
-                code, why = ErrorCode.request_timed_out, "the deletions were not committed in time"
-        return refusal(API_DELETE_TOPICS, req, code, why)
+                code, why = ErrorCode.request_timed_out, f"the {what} were not committed in time"
+        return refusal(api_key, req, code, why)
 
     async def _delete_topics_locked(self, req) -> kdelete_resp.DeleteTopicsResponse:
         """Kafka's ControllerApis.deleteTopics + ReplicationControlManager.deleteTopics: one result
@@ -761,17 +767,7 @@ class Controller:
     # -- CreatePartitions -----------------------------------------------------------------------------
 
     async def create_partitions(self, req) -> kpartitions_resp.CreatePartitionsResponse:
-        if not self.is_active:
-            return refusal(API_CREATE_PARTITIONS, req, ErrorCode.not_controller, "not the active controller")
-        async with self._lock:
-            try:
-                await self._ensure_bootstrapped()
-                return await self._create_partitions_locked(req)
-            except _NotActive:
-                code, why = ErrorCode.not_controller, "lost leadership before the partitions were committed"
-            except TimeoutError:
-                code, why = ErrorCode.request_timed_out, "the partitions were not committed in time"
-        return refusal(API_CREATE_PARTITIONS, req, code, why)
+        return await self._per_topic_write(API_CREATE_PARTITIONS, req, self._create_partitions_locked, "partitions")
 
     async def _create_partitions_locked(self, req) -> kpartitions_resp.CreatePartitionsResponse:
         """Kafka's ReplicationControlManager.createPartitions: increase only, the new partitions
