@@ -54,7 +54,15 @@ from kraftlog.engine.server.controller import Controller, ControllerConfig, Imag
 from kraftlog.engine.server.raftnode import ClientError, _ClientConnection
 from kraftlog.raft.aio.driver import DriverConfig
 from kraftlog.raft.state import Role
-from tests.test_node_controller import NodeCluster, _ask, _heartbeat, _registration, _topics, _until
+from tests.test_node_controller import (
+    NodeCluster,
+    _ask,
+    _heartbeat,
+    _register_at_active,
+    _registration,
+    _topics,
+    _until,
+)
 
 try:  # the controller's Metadata answer carries tagged fields kio's plain reader refuses
     from kraftlog.engine.server.metadata_answer import EpochMetadataResponse as MetadataAnswer
@@ -419,15 +427,7 @@ class _Brokers:
         self._task: asyncio.Task | None = None
 
     async def register(self, ids) -> None:
-        async def find_active():
-            for i, conn in self.conns.items():
-                r = await _ask(conn, 62, 4, _register_request(ids[0]), reg_resp.BrokerRegistrationResponse)
-                if r.error_code == ErrorCode.none:
-                    return i, r.broker_epoch
-                assert r.error_code == ErrorCode.not_controller, r
-            return None
-
-        self.active, self.epochs[ids[0]] = await _until(find_active, 15, "an active controller")
+        self.active, self.epochs[ids[0]] = await _register_at_active(self.conns, _register_request(ids[0]))
         for b in ids[1:]:
             r = await _ask(self.conn, 62, 4, _register_request(b), reg_resp.BrokerRegistrationResponse)
             assert r.error_code == ErrorCode.none, r

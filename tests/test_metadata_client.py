@@ -32,7 +32,16 @@ from kio.schema.metadata.v12 import request as md_req
 from kio.schema.metadata.v12 import response as md_resp
 from kio.schema.request_header.v2.header import RequestHeader
 from kio.serial import entity_reader, entity_writer
-from test_node_controller import RACKS, NodeCluster, _ask, _heartbeat, _registration, _topics, _until
+from test_node_controller import (
+    RACKS,
+    NodeCluster,
+    _ask,
+    _heartbeat,
+    _register_at_active,
+    _registration,
+    _topics,
+    _until,
+)
 
 from kraftlog.engine.image.image import MetadataImage, Provenance
 from kraftlog.engine.server.metadata_answer import (
@@ -648,14 +657,8 @@ def test_real_controllers_a_stopped_standby_answers_stale_and_is_never_applied(t
             await c.open()
         incarnations = {b: uuid.uuid4() for b in RACKS}
 
-        async def find_active():
-            for i, conn in conns.items():
-                r = await _ask(conn, 62, 4, _registration(101, incarnations[101]), reg_resp.BrokerRegistrationResponse)
-                if r.error_code == ErrorCode.none:
-                    return i, r.broker_epoch
-            return None
-
-        active, epoch101 = await _until(find_active, 15, "an active controller")
+        active, epoch101 = await _register_at_active(conns, _registration(101, incarnations[101]),
+                                                     others_refuse=False)
         epochs = {101: epoch101}
         for b in (102, 103):
             epochs[b] = (await _ask(conns[active], 62, 4, _registration(b, incarnations[b]),

@@ -125,6 +125,22 @@ async def _until(predicate, timeout_s: float, what: str):
     return await wait_until(predicate, timeout_s, what, transient_errors=False)
 
 
+async def _register_at_active(conns: dict, request, *, others_refuse: bool = True) -> tuple[int, int]:
+    """(active controller id, broker epoch): BrokerRegistration ``request`` asked of each
+    controller in turn until one, the active controller, accepts it; with ``others_refuse`` every
+    other answer must be NOT_CONTROLLER."""
+    async def find_active():
+        for i, conn in conns.items():
+            r = await _ask(conn, 62, 4, request, reg_resp.BrokerRegistrationResponse)
+            if r.error_code == ErrorCode.none:
+                return i, r.broker_epoch
+            if others_refuse:
+                assert r.error_code == ErrorCode.not_controller, r
+        return None
+
+    return await _until(find_active, 15, "an active controller")
+
+
 # ---- the scenario --------------------------------------------------------------------------------------
 
 
@@ -152,15 +168,7 @@ def test_controllers_register_unfence_create_topics_and_keep_live_images(cluster
             # the active controller is the one that accepts a registration; the others refuse it
             incarnations = {b: uuid.uuid4() for b in RACKS}
 
-            async def find_active():
-                for i, conn in conns.items():
-                    r = await _ask(conn, 62, 4, _registration(101, incarnations[101]), reg_resp.BrokerRegistrationResponse)
-                    if r.error_code == ErrorCode.none:
-                        return i, r.broker_epoch
-                    assert r.error_code == ErrorCode.not_controller, r
-                return None
-
-            active, epoch101 = await _until(find_active, 15, "an active controller")
+            active, epoch101 = await _register_at_active(conns, _registration(101, incarnations[101]))
             standby = next(i for i in conns if i != active)
             epochs = {101: epoch101}
             for b in (102, 103):
