@@ -95,6 +95,15 @@ def test_column_encoded_partitions_equal_the_generic_codec(level):
                codec.encode_record("PartitionRecord", versions.partition_record_version(level),
                                    {"TopicId": tid, "PartitionId": 0, "Replicas": [1, 2], "Isr": [], "Leader": -1,
                                     "LeaderRecoveryState": 1, "AddingReplicas": [2]})]
+    # directories as Kafka 3.7+ controllers assign them (one per replica, some UNASSIGNED), next to
+    # all-MIGRATING ones: the fast path from v1, the generic path (and its loss report) below
+    dirs = [uuid.uuid4(), uuid.uuid4(), uuid.UUID(int=1)]
+    did = uuid.uuid4()
+    values.append(codec.encode_record("TopicRecord", 0, {"Name": "placed", "TopicId": did}))
+    values += [codec.encode_record("PartitionRecord", 1, {
+        "TopicId": did, "PartitionId": p, "Replicas": [1, 2, 3][:1 + p % 3], "Isr": [1, 2, 3][:1 + p % 2],
+        "Leader": 1, "Directories": [dirs[(p + k) % 3] for k in range(1 + p % 3)] if p % 4 else []})
+        for p in range(12)]
     image = replay(values)
     fast, slow = write_image(image), write_image(image, fast=False)
     assert fast.records == slow.records and fast.losses == slow.losses
