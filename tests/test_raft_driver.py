@@ -84,6 +84,23 @@ def test_engine_log_answers_like_the_simulators_log(tmp_path_factory, ops):
         ours.close()
 
 
+def test_a_follower_append_larger_than_one_log_append_is_taken_whole(tmp_path):
+    """A Fetch answer may carry more batches than one engine-log append takes
+    (max_batches_per_append): the adapter appends all of them, in order, and reads them back."""
+    from kraftlog.engine.log.log import LogConfig
+    from kraftlog.engine.server.raftlog import RAFT_LOG_CONFIG
+
+    config = LogConfig(**{**RAFT_LOG_CONFIG.__dict__, "max_batches_per_append": 7})
+    log = EngineRaftLog(tmp_path / "log", FileSnapshotStore(tmp_path / "snapshots"), config)
+    batches = [LogBatch(i, 1 + i // 20, (b"v%d" % i,)) for i in range(50)]
+    assert tuple(log.append_as_follower(batches, 3)) == (0, 49)
+    log.flush()
+    back = log.read(0, 1 << 20)
+    assert [(b.base_offset, b.epoch, tuple(b.records)) for b in back] == \
+        [(b.base_offset, b.epoch, b.records) for b in batches]
+    log.close()
+
+
 def test_engine_log_keeps_its_start_epoch_across_snapshot_and_reopen(tmp_path):
     """After delete_before(o, e) / truncate_fully_and_start_at(o, e) the start epoch is e, also
     after a reopen (taken from the snapshot at the log start)."""

@@ -96,9 +96,18 @@ class EngineRaftLog:
                 raise ValueError(f"bad follower batch at {b.base_offset} epoch {b.epoch} (log epoch {last_epoch}, "
                                  f"leader epoch {epoch})")
             last_epoch = b.epoch
-        data = b"".join(encode_batch(b) for b in batches)
-        info = self.log.append_as_follower(data)
-        return LogAppendInfo(info.first_offset, info.last_offset)
+        # A Fetch answer may carry fetch_max_bytes of small batches (8 MiB: ~90,000 one-record
+        # batches), more than one log append takes (max_batches_per_append): append in slices, so
+        # a follower any distance behind catches up. A slice that fails leaves the earlier ones
+        # appended, which is a valid (shorter) log; nothing is durable before the next flush.
+        step = self.log.config.max_batches_per_append
+        first = None
+        for at in range(0, len(batches), step):
+            info = self.log.append_as_follower(b"".join(encode_batch(b) for b in batches[at:at + step]))
+            first = info.first_offset if first is None else first
+        if first is None:
+            raise ValueError("an append needs at least one batch")
+        return LogAppendInfo(first, info.last_offset)
 
     # ---- reads --------------------------------------------------------------------------------
 
