@@ -84,6 +84,7 @@ class RaftConfig:
     fetch_max_bytes: int = 8 << 20
     snapshot_chunk_max_bytes: int = 1 << 20
     deliveries_max_batches: int = 1024  # per poll, so one poll stays short
+    deliveries_max_records: int = 50_000  # per poll (at least one batch): bounds one bulk apply
     metrics_window_ms: int = 30_000
     # KIP-392 for observers (see "Observers fetching from followers" below)
     rack: str | None = None  # this node's rack (Kafka's broker.rack), sent as RackId in every Fetch
@@ -726,22 +727,24 @@ class RaftCore:
             self._deliveries.append(LoadSnapshot(snapshot_id))
             self._listener_next = snapshot_id.offset
         budget = self.config.deliveries_max_batches
-        while self._listener_next < self._hw and budget > 0:
+        records_left = self.config.deliveries_max_records
+        while self._listener_next < self._hw and budget > 0 and records_left > 0:
             batches = self.log.read(self._listener_next, self.config.fetch_max_bytes)
             progressed = False
             for b in batches:
-                if b.next_offset > self._hw or budget == 0:
+                if b.next_offset > self._hw or budget == 0 or records_left <= 0:
                     break
                 if b.base_offset != self._listener_next:
                     raise SafetyViolationError(f"node {self.node_id}: delivery gap at {self._listener_next}")
                 self._deliveries.append(Commit(b))
                 self._listener_next = b.next_offset
                 budget -= 1
+                records_left -= len(b.records)
                 progressed = True
             if not progressed:
                 break
         self._notify_leader_change()
-        return budget == 0
+        return self._listener_next < self._hw and (budget == 0 or records_left <= 0)
 
     def _notify_leader_change(self) -> None:
         s = self._qs.current

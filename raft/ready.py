@@ -12,14 +12,27 @@
 Why this order: a vote or a fetch offset sent to a peer is a promise ("I will not vote for
 anyone else in this epoch", "I hold these records"); it may leave the node only once it would
 survive a crash. Deliveries come last because the listener may only see what is committed and
-locally durable. ``execute_ready`` is this order as code; a driver should use it.
+locally durable.
+
+One reordering is allowed, and ``execute_ready`` makes it: when a Ready changes no election
+state (``election`` is None), the leader's Fetch *responses* may leave before the log flush. They
+promise nothing (the leader counts its own records towards the high watermark only once
+``last_flushed_offset`` passes them), and sending them first lets the followers write and fsync
+while the leader fsyncs, so a commit costs one fsync time instead of two. A vote, a follower's
+Fetch (it reports its log end) and every other message leave only after the quorum-state write
+and the flush.
+
+``execute_ready`` is this contract as code, the one executor of it: the asyncio driver, the
+simulator and the unit harness all act on a Ready through it, so every simulated seed runs the
+order production runs. Consecutive commits go to ``listener.handle_commits(batches)`` in one call
+when the listener has it (a state machine applies them in bulk), else one ``handle_commit`` each.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kraftlog.raft.messages import Envelope
+from kraftlog.raft.messages import Envelope, FetchResponse
 from kraftlog.raft.types import ElectionState, LogBatch, OffsetAndEpoch
 
 
@@ -56,17 +69,50 @@ class Ready:
 
 
 def execute_ready(ready: Ready, *, quorum_store, log, channel, listener, snapshots) -> None:
-    """Persist, then send, then apply (see the module docstring)."""
+    """Persist, then send, then apply (see the module docstring, which also says why the leader's
+    Fetch responses may leave before the flush when no election state changes)."""
+    messages = ready.messages
+    send = channel.send
+    if ready.election is None and ready.flush_log and messages:
+        later = []
+        for envelope in messages:
+            if type(envelope.body) is FetchResponse and not envelope.is_request:
+                send(envelope)
+            else:
+                later.append(envelope)
+        messages = later
     if ready.election is not None:
         quorum_store.write(ready.election)
     if ready.flush_log:
         log.flush()
-    for envelope in ready.messages:
-        channel.send(envelope)
-    for item in ready.deliveries:
-        if isinstance(item, Commit):
-            listener.handle_commit(item.batch)
-        elif isinstance(item, LoadSnapshot):
+    for envelope in messages:
+        send(envelope)
+    deliver(ready.deliveries, listener, snapshots)
+
+
+def deliver(deliveries: tuple[Delivery, ...], listener, snapshots) -> None:
+    """Hand ``deliveries`` to ``listener`` in order; a run of consecutive commits goes to
+    ``listener.handle_commits`` in one call when the listener has that method."""
+    in_bulk = getattr(listener, "handle_commits", None)
+    run: list[LogBatch] = []
+    for item in deliveries:
+        if type(item) is Commit:
+            run.append(item.batch)
+            continue
+        if run:
+            _commit(run, listener, in_bulk)
+            run = []
+        if type(item) is LoadSnapshot:
             listener.handle_load_snapshot(item.snapshot_id, snapshots)
         else:
             listener.handle_leader_change(item.leader_id, item.epoch)
+    if run:
+        _commit(run, listener, in_bulk)
+
+
+def _commit(batches: list[LogBatch], listener, in_bulk) -> None:
+    if in_bulk is not None and len(batches) > 1:
+        in_bulk(batches)
+        return
+    for batch in batches:
+        listener.handle_commit(batch)

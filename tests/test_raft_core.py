@@ -11,6 +11,7 @@ envelopes and reading the Ready it returns; peers are played by the test.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -29,7 +30,7 @@ from kraftlog.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from kraftlog.raft.ready import Commit, LeaderChangeNotice
+from kraftlog.raft.ready import Commit, LeaderChangeNotice, execute_ready
 from kraftlog.raft.state import Role
 from kraftlog.raft.types import NO_ID, ElectionState, Errors, LogBatch, NotLeaderError, OffsetAndEpoch
 
@@ -53,14 +54,28 @@ class Harness:
                              rng=random.Random(1), log=self.log, quorum_store=self.quorum,
                              snapshots=self.snapshots, config=config)
         self.corr = 0
+        self.sent = []
 
     def ready(self):
+        """Poll and act on the Ready through the production executor; the test reads the Ready's
+        messages and deliveries (the channel and listener only record them)."""
         r = self.core.poll()
-        if r.election is not None:
-            self.quorum.write(r.election)
-        if r.flush_log:
-            self.log.flush()
+        execute_ready(r, quorum_store=self.quorum, log=self.log, channel=self, listener=self,
+                      snapshots=self.snapshots)
         return r
+
+    # channel and listener of execute_ready: what was sent and delivered is read from the Ready
+    def send(self, envelope) -> None:
+        self.sent.append(envelope)
+
+    def handle_commit(self, batch) -> None:
+        pass
+
+    def handle_load_snapshot(self, snapshot_id, snapshots) -> None:
+        pass
+
+    def handle_leader_change(self, leader_id, epoch) -> None:
+        pass
 
     def request(self, source, body):
         self.corr += 1
@@ -190,6 +205,29 @@ def test_a_single_voter_elects_itself_in_one_poll_and_commits():
     assert [c.records for c in commits][-1] == (b"a", b"b")
     assert h.core.high_watermark == 3
     assert any(isinstance(d, LeaderChangeNotice) and d.leader_id == 1 for d in deliveries)
+
+
+def test_one_poll_delivers_at_most_the_record_budget_and_asks_to_be_polled_again():
+    """A node with a long committed backlog hands it to its listener in pieces of at most
+    deliveries_max_records records (at least one batch), and each poll that stops early asks for
+    the next poll at once; together they deliver everything, in order, exactly once."""
+    config = dataclasses.replace(CONFIG, deliveries_max_records=25)
+    h = Harness(voters=(1,), log=log_with((1, 100)), stored=ElectionState(1, NO_ID, NO_ID, frozenset({1})),
+                config=config)
+    while h.core.role is not Role.LEADER:  # its election timeout, then it elects itself
+        h.advance(CONFIG.election_timeout_ms)
+    delivered, polls = [], 0
+    while True:
+        r = h.ready()
+        polls += 1
+        batches = [d.batch for d in r.deliveries if isinstance(d, Commit)]
+        assert sum(len(b.records) for b in batches) <= 25
+        delivered += batches
+        if r.next_poll_ms > h.clock.now_ms or polls > 50:
+            break
+    data = [b for b in delivered if not b.control]
+    assert [b.base_offset for b in data] == list(range(100))
+    assert polls >= 4
 
 
 # ---- fetch --------------------------------------------------------------------------------------

@@ -110,10 +110,15 @@ class Loader:
 
     def replay(self, buf, *, start: int = 0, end: int | None = None, path: str | None = None) -> MetadataImage:
         """Apply the log records in ``buf[start:end]`` (whole batches) on top of the current image."""
-        manifest = LoadManifest("log")
         started = time.perf_counter()
+        return self.replay_decoded(_decode(buf, start, end, path), path=path, started=started)
+
+    def replay_decoded(self, columns, *, path: str | None = None, started: float | None = None) -> MetadataImage:
+        """``replay`` of a region already decoded with ``decode`` (a caller that looks at the
+        records' types first decodes once)."""
+        manifest = LoadManifest("log")
+        started = time.perf_counter() if started is None else started
         delta = self.image.delta()
-        columns = _decode(buf, start, end, path)
         apply_columns(delta, columns, manifest, snapshot_end_offset=None, skip_errors=self.skip_errors, path=path)
         provenance = self.image.provenance
         if columns.last_offset >= 0:
@@ -173,6 +178,12 @@ def _release_free_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
+
+
+def decode(buf, *, path: str | None = None):
+    """The columns of the whole batches in ``buf`` (for Loader.replay_decoded); CorruptRecordError
+    when they do not decode."""
+    return _decode(buf, 0, None, path)
 
 
 def _decode(buf, start: int, end: int | None, path: str | None):

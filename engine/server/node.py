@@ -402,6 +402,10 @@ class SnapshottingPublisher(ImagePublisher):
             self.snapshotter.downgrade_now(level_before)
         self.snapshotter.on_commit(len(batch.raw))
 
+    def _applied_in_bulk(self, size_bytes: int) -> None:
+        if self.snapshotter is not None:
+            self.snapshotter.on_commit(size_bytes)
+
     def handle_load_snapshot(self, snapshot_id, snapshots) -> None:
         if not isinstance(snapshots, SnapshotStore):
             super().handle_load_snapshot(snapshot_id, snapshots)

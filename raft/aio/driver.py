@@ -16,13 +16,16 @@ the TCP transport, exactly the way the simulator (tests/raft_sim/cluster.py) dri
                         answer is the one message on the client's critical path, while the
                         Fetch answers carrying the new high watermark are not
 
-One reordering of the Ready, and why it is safe: when a Ready has no election change, the
-leader's Fetch *responses* are sent before the log flush. They promise nothing (the leader
-counts its own records towards the high watermark only once ``last_flushed_offset`` passes
-them), and sending them first lets the followers write and fsync while the leader fsyncs, so a
-commit costs one fsync time instead of two. Everything else keeps the contract order: a vote,
-a follower's Fetch (which reports its log end) and every other message leave only after the
-quorum-state write and the flush.
+Every Ready is acted on by raft/ready.py's ``execute_ready`` (the one executor the simulator and
+the unit harness use too): persist -> send -> apply, the leader's Fetch responses before the
+flush when no election state changes, runs of commits to the listener in bulk.
+
+A wake-up never holds the loop for long: it stops polling after ``pass_budget_ms`` (or
+``polls_per_run_max`` Readies) and, when the core has more to deliver, runs again in the next
+loop iteration, after the sockets have been read. So a node applying a long backlog (a restart,
+a far follower, a 100,000-record fencing) keeps answering Fetches and votes meanwhile, and the
+core's per-poll delivery bounds (``deliveries_max_batches``, ``deliveries_max_records``) bound
+each piece.
 
 A proposal's outcome is unknown when this node stops leading before the high watermark passes
 it: its future then fails with NotLeaderError (the records may still commit under the next
@@ -38,8 +41,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from kraftlog.raft.messages import Envelope, FetchResponse
-from kraftlog.raft.ready import Commit, LoadSnapshot, Ready
+from kraftlog.raft.messages import Envelope
+from kraftlog.raft.ready import execute_ready
 from kraftlog.raft.state import Role
 from kraftlog.raft.types import Errors, NotLeaderError
 
@@ -60,6 +63,7 @@ class DriverConfig:
     max_batch_bytes: int = 1 << 20  # payload bytes per appended batch
     max_queued_records: int = 1_000_000  # proposals beyond this are refused (backpressure)
     polls_per_run_max: int = 16  # Readies acted on per wake-up before yielding to the loop
+    pass_budget_ms: int = 20  # a wake-up polls no more Readies after this long (I/O runs in between)
 
 
 # resolve((base offset, last offset), None) once committed, or resolve(None, NotLeaderError)
@@ -224,18 +228,25 @@ class RaftDriver:
         ready = None
         core = self.core
         before = (core.role, core.epoch, core.leader_id)
+        give_up_ns = time.monotonic_ns() + self.config.pass_budget_ms * 1_000_000
+        out_of_time = False
         for _ in range(self.config.polls_per_run_max):
             ready = self.core.poll()
             self.polls += 1
             self._settle_waiters()
-            self._execute(ready)
+            execute_ready(ready, quorum_store=self.quorum_store, log=self.log, channel=self.channel,
+                          listener=self.listener, snapshots=self.snapshots)
             if ready.is_empty:
+                break
+            if time.monotonic_ns() >= give_up_ns:
+                out_of_time = True
                 break
         after = (core.role, core.epoch, core.leader_id)
         if after != before:
             log.info("node %d: %s(epoch %d) -> %s(epoch %d, leader %d)", core.node_id, before[0].value, before[1],
                      after[0].value, after[1], after[2])
-        self._arm_timer(ready.next_poll_ms)
+        # out of time with work left: the timer fires in the next loop iteration, after the sockets
+        self._arm_timer(ready.next_poll_ms if not out_of_time else 0)
 
     def _arm_timer(self, at_ms: int) -> None:
         if self._timer is not None:
@@ -244,34 +255,6 @@ class RaftDriver:
             self._timer.cancel()
         self._timer_at_ms = at_ms
         self._timer = self._loop.call_at(at_ms / 1000, self._timer_fired)
-
-    def _execute(self, ready: Ready) -> None:
-        """persist -> send -> apply (raft/ready.py), with the leader's Fetch responses sent
-        before the flush when no election state changes (see the module docstring)."""
-        messages = ready.messages
-        send = self.channel.send
-        if ready.election is None and ready.flush_log and messages:
-            later = []
-            for env in messages:
-                if type(env.body) is FetchResponse and not env.is_request:
-                    send(env)
-                else:
-                    later.append(env)
-            messages = later
-        if ready.election is not None:
-            self.quorum_store.write(ready.election)
-        if ready.flush_log:
-            self.log.flush()
-        for env in messages:
-            send(env)
-        listener = self.listener
-        for item in ready.deliveries:
-            if type(item) is Commit:
-                listener.handle_commit(item.batch)
-            elif type(item) is LoadSnapshot:
-                listener.handle_load_snapshot(item.snapshot_id, self.snapshots)
-            else:
-                listener.handle_leader_change(item.leader_id, item.epoch)
 
     # ---- proposals ---------------------------------------------------------------------------------
 

@@ -60,7 +60,7 @@ from kraftlog.raft.messages import (
     FetchSnapshotResponse,
     VoteResponse,
 )
-from kraftlog.raft.ready import Commit, LoadSnapshot
+from kraftlog.raft.ready import execute_ready
 from kraftlog.raft.state import Role
 from kraftlog.raft.types import NO_ID, Errors, LogBatch, NotLeaderError
 
@@ -103,6 +103,10 @@ class StateMachine:
         self.leader_notified = False
 
     def handle_load_snapshot(self, snapshot_id, snapshots) -> None:
+        cluster = self.node.cluster
+        cluster.coverage["snapshot_loaded"] += 1
+        if self.leader_notified and self.node.core.role is Role.LEADER:
+            cluster.fail(f"leader {self.node.id} loads a snapshot")
         data = snapshots.read_chunk(snapshot_id, 0, 1 << 30)
         end, count, digest = _SNAP.unpack(data)
         self.node.cluster.check_snapshot(self.node, snapshot_id, end, count, digest)
@@ -239,22 +243,9 @@ class Simulation:
         before = (core.role, core.epoch, core.leader_id)
         for _ in range(16):
             ready = core.poll()
-            if ready.election is not None:
-                node.quorum.write(ready.election)
-            if ready.flush_log:
-                node.log.flush()
-            for env in ready.messages:
-                self.send(env)
-            for item in ready.deliveries:
-                if isinstance(item, Commit):
-                    node.machine.handle_commit(item.batch)
-                elif isinstance(item, LoadSnapshot):
-                    self.coverage["snapshot_loaded"] += 1
-                    if node.machine.leader_notified and core.role is Role.LEADER:
-                        self.fail(f"leader {node.id} loads a snapshot")
-                    node.machine.handle_load_snapshot(item.snapshot_id, node.snapshots)
-                else:
-                    node.machine.handle_leader_change(item.leader_id, item.epoch)
+            # the production executor (raft/ready.py), so every seed runs the driver's order
+            execute_ready(ready, quorum_store=node.quorum, log=node.log, channel=self, listener=node.machine,
+                          snapshots=node.snapshots)
             if ready.is_empty or core is not node.core:
                 break
         after = (core.role, core.epoch, core.leader_id)
