@@ -11,6 +11,7 @@ Every process is killed in a finalizer, whatever happens.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import struct
 import sys
@@ -135,6 +136,39 @@ def test_graceful_stop_hands_over_and_garbage_closes_one_connection(cluster):
             # EndQuorumEpoch lets the best placed follower run at once: faster than a fetch timeout
             assert handover_s < FAILOVER_BOUND_S
             await client2.close()
+        finally:
+            await client.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_voter_that_cannot_write_its_quorum_state_stops_with_one_line(cluster):
+    """A failed quorum-state write is decided, not suffered: the voter whose file cannot be
+    replaced (a real rename failure on the real file system) stops at its next election-state
+    change with one line naming the failure and a non-zero exit, instead of living on with a
+    dead driver."""
+
+    async def scenario():
+        client = RaftClient(cluster.voters)
+        try:
+            await client.propose([b"before"], timeout_ms=15_000)
+            dq = await client.describe_quorum()
+            broken = next(i for i in cluster.voters if i != dq.leader_id)
+            state = os.path.join(cluster.dir_of(broken), "quorum-state")
+            os.remove(state)
+            os.mkdir(state)  # a non-empty directory: the atomic rename onto it fails (EISDIR)
+            open(os.path.join(state, "keep"), "w").close()
+            p = cluster.procs.pop(dq.leader_id)  # a graceful stop: the next epoch starts at once
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(10) == 0
+            p.err_file.close()
+            failed = cluster.procs.pop(broken)
+            code = await asyncio.get_running_loop().run_in_executor(None, failed.wait, 60)
+            failed.err_file.close()
+            err = cluster.stderr_of(broken)
+            assert code == 1, err[-2000:]
+            assert "raft stopped" in err and f"raftnode: error: node {broken} stopped:" in err
+            assert "Traceback" not in err
         finally:
             await client.close()
 

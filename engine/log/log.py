@@ -47,6 +47,7 @@ import bisect
 import contextlib
 import dataclasses
 import enum
+import logging
 import os
 import threading
 import time
@@ -85,6 +86,8 @@ from kraftlog.engine.log.segment import (
     segment_name,
 )
 from kraftlog.errors import CorruptRecordError
+
+_log = logging.getLogger("kraftlog.log")
 
 CLEAN_SHUTDOWN_NAME = ".clean-shutdown"
 LOG_START_CHECKPOINT_NAME = "log-start-offset-checkpoint"
@@ -243,6 +246,7 @@ class Log:
         self._recover_epochs(scans)
         self._delete_segments_below_start()
         self._init_flush_state(clean)
+        self._report_recovery(scans)
         if clean:
             # The marker's removal must be durable before anything changes the log: a stale marker
             # would let the next open trust indexes and skip the CRC scan of bytes written since.
@@ -308,6 +312,18 @@ class Log:
                                          path=seg.log_path, position=seg.size)
             expected = seg.next_offset
         return scans
+
+    def _report_recovery(self, scans: list) -> None:
+        """One line for what an open repaired (Kafka warns on each): segments CRC-checked and
+        indexes rebuilt after an unclean shutdown, and a torn or corrupt tail cut off."""
+        checked = sum(scan is not None for scan in scans)
+        if self.truncated_bytes_on_open:
+            _log.warning("%s: truncated %d byte(s) of torn or corrupt tail on open; the log now ends at offset %d "
+                         "(%d segment(s) CRC-checked, their indexes rebuilt)", self.directory,
+                         self.truncated_bytes_on_open, self._end, checked)
+        elif checked:
+            _log.info("%s: no clean shutdown marker: %d segment(s) CRC-checked and their indexes rebuilt; the log "
+                      "ends at offset %d", self.directory, checked, self._end)
 
     def _recover_epochs(self, scans: list) -> None:
         """Trim the epoch cache to the log; after a crash, add epochs found in the batches."""

@@ -114,6 +114,11 @@ class RaftNode:
         self.snapshots = self.make_snapshots(snapshot_dir)
         self.log = EngineRaftLog(log_dir, self.snapshots)
         self.quorum = QuorumStateFile(state_dir)
+        if self.log.end_offset() > 0 and not os.path.exists(self.quorum.path):
+            # the vote and epoch of this node are gone: it may vote twice in an epoch it already
+            # voted in (Kafka warns too; only an operator who deleted the file knows whether that is safe)
+            log.warning("node %d: %s is missing although the log holds offsets up to %d: this node has forgotten "
+                        "its epoch and vote and starts at epoch 0", node_id, self.quorum.path, self.log.end_offset())
         self.machine = self.make_listener()
         self.rng = random.Random(seed if seed is not None else int.from_bytes(os.urandom(8), "big"))
         self.core = RaftCore(node_id=node_id, voters=set(voters), cluster_id=cluster_id, clock=MonotonicClock(),
@@ -151,6 +156,11 @@ class RaftNode:
 
 
 # ---- the client ----------------------------------------------------------------------------------
+
+
+class NodeFailedError(RaftError):
+    """The node's Raft driver stopped on a fault it must not live with (a failed flush or
+    quorum-state write, ...): the process exits non-zero with this one line."""
 
 
 class ClientError(RaftError):
@@ -273,8 +283,18 @@ async def serve(node: RaftNode, listen_fd: int | None, listen: str | None, defau
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    node.driver.on_fatal = lambda _: stop.set()
     await stop.wait()
-    await node.stop(resign=True)
+    failure = node.driver.failure
+    if failure is None:
+        await node.stop(resign=True)
+        return
+    # the driver stopped on a fault (raft/aio/driver.py): close what can be closed, then exit non-zero
+    try:
+        await node.stop(resign=False)
+    except Exception as exc:  # noqa: BLE001 - the fault below is what the operator must read
+        log.warning("while stopping after the fault: %s: %s", type(exc).__name__, exc)
+    raise NodeFailedError(f"node {node.node_id} stopped: {type(failure).__name__}: {failure}")
 
 
 class RaftClient:
@@ -470,7 +490,11 @@ def main(argv: list[str] | None = None) -> int:
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` dumps every thread's stack to stderr
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format=f"%(asctime)s node{args.node_id} %(name)s %(levelname)s %(message)s")
-    return asyncio.run(_main(args))
+    try:
+        return asyncio.run(_main(args))
+    except NodeFailedError as exc:
+        print(f"raftnode: error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

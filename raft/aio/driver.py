@@ -30,11 +30,26 @@ each piece.
 A proposal's outcome is unknown when this node stops leading before the high watermark passes
 it: its future then fails with NotLeaderError (the records may still commit under the next
 leader, or be truncated).
+
+Faults are decided, never suffered (Kafka's and etcd's rule: a node that cannot persist what it
+promised must not go on promising):
+
+    leader append out of space   the proposals fail (NotLeaderError), the leader resigns (another
+                                 voter leads) and one ERROR line says why; the append was rolled back
+    follower append out of space one WARNING line per Fetch answer it could not take; nothing was
+                                 appended or promised, so it goes on fetching and catches up once
+                                 space returns
+    anything else in a pass      (a failed flush or quorum-state write, another append error, a
+                                 listener that raised) the driver stops: one CRITICAL line, every
+                                 waiter fails, ``failure`` holds the error and ``on_fatal(error)`` is
+                                 called; the process must exit non-zero (raftnode.serve does), never
+                                 live on with a dead driver
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import time
 from collections import deque
@@ -44,7 +59,7 @@ from dataclasses import dataclass
 from kraftlog.raft.messages import Envelope
 from kraftlog.raft.ready import execute_ready
 from kraftlog.raft.state import Role
-from kraftlog.raft.types import Errors, NotLeaderError
+from kraftlog.raft.types import NO_ID, Errors, NotLeaderError
 
 log = logging.getLogger("kraftlog.raft.driver")
 
@@ -114,6 +129,8 @@ class RaftDriver:
         self._waiters: deque[_Waiter] = deque()
         self._stopped = False
         self.polls = 0
+        self.failure: BaseException | None = None  # why the driver stopped on a fault (see the docstring)
+        self.on_fatal: Callable[[BaseException], None] | None = None
         if hasattr(channel, "on_envelope"):
             channel.on_envelope = self.on_envelope
         if hasattr(channel, "on_produce"):
@@ -129,7 +146,7 @@ class RaftDriver:
     async def stop(self, *, resign: bool = True, grace_ms: int = 200) -> None:
         """Resign if leading (EndQuorumEpoch to the others, best placed first), give the messages
         ``grace_ms`` to leave, then stop polling. The caller closes transport and log."""
-        if resign and self.core.role is Role.LEADER:
+        if resign and self.core.role is Role.LEADER and not self._stopped:
             self.core.resign()
             self._run()
             await asyncio.sleep(grace_ms / 1000)
@@ -154,7 +171,14 @@ class RaftDriver:
     def on_envelope(self, env: Envelope) -> None:
         if self._stopped:
             return
-        self.core.step(env)
+        try:
+            self.core.step(env)
+        except Exception as exc:  # noqa: BLE001 - decided here (see the docstring)
+            if not _out_of_space(exc):
+                self._die(exc)
+                return
+            log.warning("node %d: cannot append what the leader sent (%s); fetching again until space returns",
+                        self.core.node_id, exc)
         self._wake()
 
     def propose(self, values: Sequence[bytes]) -> asyncio.Future:
@@ -223,6 +247,25 @@ class RaftDriver:
         self._scheduled = False
         if self._stopped:
             return
+        try:
+            self._pass()
+        except Exception as exc:  # noqa: BLE001 - decided here (see the docstring)
+            self._die(exc)
+
+    def _die(self, exc: BaseException) -> None:
+        """Stop for good on a fault: one line, waiters failed, timers gone, the owner told."""
+        log.critical("node %d: raft stopped: %s: %s", self.core.node_id, type(exc).__name__, exc,
+                     exc_info=log.isEnabledFor(logging.DEBUG))
+        self.failure = exc
+        self._stopped = True
+        self._fail_waiters()
+        for handle in (self._timer, self._linger):
+            if handle is not None:
+                handle.cancel()
+        if self.on_fatal is not None:
+            self.on_fatal(exc)
+
+    def _pass(self) -> None:
         if self._linger_due:
             self._append_queued()
         ready = None
@@ -287,9 +330,24 @@ class RaftDriver:
             self._append_batch(batch, owners)
 
     def _append_batch(self, records: list[bytes], owners: list[tuple[int, Resolver]]) -> None:
-        last = self.core.append(records)
+        core = self.core
+        try:
+            last = core.append(records)
+        except NotLeaderError as exc:  # resigned earlier in this pass (out of space)
+            for _, resolve in owners:
+                resolve(None, exc)
+            return
+        except Exception as exc:
+            if not _out_of_space(exc):
+                raise
+            log.error("node %d: the log is out of space (%s); resigning so another voter leads", core.node_id, exc)
+            error = NotLeaderError(core.node_id, core.epoch, NO_ID)
+            for _, resolve in owners:
+                resolve(None, error)
+            core.resign()
+            return
         offset = last - len(records) + 1
-        epoch = self.core.epoch
+        epoch = core.epoch
         for count, resolve in owners:
             self._waiters.append(_Waiter(offset, offset + count - 1, epoch, resolve))
             offset += count
@@ -316,3 +374,8 @@ class RaftDriver:
         self._queued_records = self._queued_bytes = 0
         for _, resolve in queued:
             resolve(None, error)
+
+
+def _out_of_space(exc: BaseException) -> bool:
+    """The log's full-disk error (engine LogStorageError or a bare OSError carry ``errno``)."""
+    return getattr(exc, "errno", None) == errno.ENOSPC
