@@ -44,5 +44,10 @@ test-twins: install
 bench: install
 	$(PYTEST) -q bench --benchmark-only
 
+# The deterministic Raft simulation at length: 10,000 seeds (CI's `make test` runs 2,000) plus the
+# KIP-392 rack seeds; KRAFTLOG_SIM_SEED=N replays one seed verbosely.
+sim: install
+	KRAFTLOG_SIM_SEEDS=10000 KRAFTLOG_SIM_RACK_SEEDS=1000 $(PYTEST) -q tests/test_raft_sim.py
+
 clean:
 	rm -rf build dist *.egg-info csrc/_*.c csrc/*.so csrc/*.html

@@ -30,6 +30,7 @@ when the listener has it (a state machine applies them in bulk), else one ``hand
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 
 from kraftlog.raft.messages import Envelope, FetchResponse
@@ -116,3 +117,9 @@ def _commit(batches: list[LogBatch], listener, in_bulk) -> None:
         return
     for batch in batches:
         listener.handle_commit(batch)
+
+
+def out_of_space(exc: BaseException) -> bool:
+    """Whether ``exc`` is a full disk (the engine's LogStorageError and a bare OSError carry
+    ``errno``): the one storage fault a node survives (see raft/aio/driver.py for the policy)."""
+    return getattr(exc, "errno", None) == errno.ENOSPC

@@ -49,7 +49,6 @@ promised must not go on promising):
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import time
 from collections import deque
@@ -57,7 +56,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kraftlog.raft.messages import Envelope
-from kraftlog.raft.ready import execute_ready
+from kraftlog.raft.ready import execute_ready, out_of_space
 from kraftlog.raft.state import Role
 from kraftlog.raft.types import NO_ID, Errors, NotLeaderError
 
@@ -174,7 +173,7 @@ class RaftDriver:
         try:
             self.core.step(env)
         except Exception as exc:  # noqa: BLE001 - decided here (see the docstring)
-            if not _out_of_space(exc):
+            if not out_of_space(exc):
                 self._die(exc)
                 return
             log.warning("node %d: cannot append what the leader sent (%s); fetching again until space returns",
@@ -338,7 +337,7 @@ class RaftDriver:
                 resolve(None, exc)
             return
         except Exception as exc:
-            if not _out_of_space(exc):
+            if not out_of_space(exc):
                 raise
             log.error("node %d: the log is out of space (%s); resigning so another voter leads", core.node_id, exc)
             error = NotLeaderError(core.node_id, core.epoch, NO_ID)
@@ -374,8 +373,3 @@ class RaftDriver:
         self._queued_records = self._queued_bytes = 0
         for _, resolve in queued:
             resolve(None, error)
-
-
-def _out_of_space(exc: BaseException) -> bool:
-    """The log's full-disk error (engine LogStorageError or a bare OSError carry ``errno``)."""
-    return getattr(exc, "errno", None) == errno.ENOSPC

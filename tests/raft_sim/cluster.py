@@ -6,6 +6,8 @@ runs a fault phase, then heals everything, restarts every node and lets the clus
 checks that all nodes agree. Invariants are checked after every event:
 
     * at most one leader per epoch (over the whole run, across restarts);
+    * a voter never grants its vote to two candidates in one epoch (over the whole run: every
+      granted VoteResponse that leaves a node is recorded);
     * the persisted epoch never decreases and a vote never changes within an epoch
       (MemQuorumStore asserts on write);
     * a node's high watermark never decreases while it lives, in particular a leader's;
@@ -26,7 +28,12 @@ checks that all nodes agree. Invariants are checked after every event:
 Faults: message drop, delay, reordering, duplication; symmetric and asymmetric partitions and
 healing; hard kill + restart (optionally with a torn log tail); graceful shutdown (a leader
 resigns first); kill all and restart a majority; wiping an observer's whole state; a slow voter
-(every message to or from it delayed, so it lags the leader and its high watermark trails).
+(every message to or from it delayed, so it lags the leader and its high watermark trails);
+storage faults decided as the asyncio driver decides them (raft/aio/driver.py): a node's next
+fsync or quorum-state write fails (it stops, losing its unflushed tail, and restarts later), a
+full disk for a while (a leader resigns, a follower keeps fetching and catches up after).
+Every Ready is acted on by raft/ready.py's execute_ready, the driver's executor, so every seed
+runs the production order (the leader's Fetch responses before its flush).
 
 Racks (KIP-392): in some seeds every node has a rack, so observers are sent by the leader to a
 follower in their rack and read committed records from it; ``Simulation(seed, racks=True)``
@@ -46,6 +53,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import errno
 import heapq
 import random
 import struct
@@ -60,7 +68,7 @@ from kraftlog.raft.messages import (
     FetchSnapshotResponse,
     VoteResponse,
 )
-from kraftlog.raft.ready import execute_ready
+from kraftlog.raft.ready import execute_ready, out_of_space
 from kraftlog.raft.state import Role
 from kraftlog.raft.types import NO_ID, Errors, LogBatch, NotLeaderError
 
@@ -152,8 +160,11 @@ class SimNode:
 
 
 class Simulation:
-    def __init__(self, seed: int, *, verbose: bool = False, racks: bool = False):
+    def __init__(self, seed: int, *, verbose: bool = False, racks: bool = False, forget_votes: bool = False):
         self.seed = seed
+        # a mutation for the checker's own test: every restart loses the voter's quorum-state (what
+        # a deleted quorum-state file does), which the vote invariant must catch
+        self.forget_votes = forget_votes
         self.rng = random.Random(seed)
         self.verbose = verbose
         self.clock = FakeClock(0)
@@ -180,6 +191,7 @@ class Simulation:
         self.blocked: set[tuple[int, int]] = set()  # (from, to) pairs that lose every message
         self.slow: dict[int, int] = {}  # node -> extra delay (ms) of every message to or from it
         self.leaders: dict[int, int] = {}  # epoch -> leader id, over the whole run
+        self.votes: dict[tuple[int, int], int] = {}  # (voter, epoch) -> the candidate it granted, whole run
         self.committed: dict[int, tuple[int, bool, tuple[bytes, ...]]] = {}  # base offset -> batch
         # what leaders committed, copied from a leader's log as its high watermark moves
         self.leader_committed: dict[int, tuple[int, bool, tuple[bytes, ...]]] = {}
@@ -214,6 +226,8 @@ class Simulation:
 
     def start(self, node: SimNode) -> None:
         node.incarnation += 1
+        if self.forget_votes and node.incarnation > 1:
+            node.quorum = MemQuorumStore()
         node.machine = StateMachine(node)
         node.max_hw = -1
         node.counted = (0, 0, 0, 0)
@@ -242,10 +256,14 @@ class Simulation:
         core = node.core
         before = (core.role, core.epoch, core.leader_id)
         for _ in range(16):
-            ready = core.poll()
-            # the production executor (raft/ready.py), so every seed runs the driver's order
-            execute_ready(ready, quorum_store=node.quorum, log=node.log, channel=self, listener=node.machine,
-                          snapshots=node.snapshots)
+            try:
+                ready = core.poll()
+                # the production executor (raft/ready.py), so every seed runs the driver's order
+                execute_ready(ready, quorum_store=node.quorum, log=node.log, channel=self, listener=node.machine,
+                              snapshots=node.snapshots)
+            except OSError as exc:
+                self.stop_on_io_error(node, exc)
+                return
             if ready.is_empty or core is not node.core:
                 break
         after = (core.role, core.epoch, core.leader_id)
@@ -275,6 +293,12 @@ class Simulation:
     # -- network ------------------------------------------------------------------------------
 
     def send(self, env: Envelope) -> None:
+        body = env.body
+        if type(body) is VoteResponse and body.vote_granted and not body.pre_vote:
+            key = (env.source, body.leader_epoch)
+            if self.votes.setdefault(key, env.destination) != env.destination:
+                self.fail(f"node {env.source} voted twice in epoch {body.leader_epoch}: for "
+                          f"{self.votes[key]} and for {env.destination}")
         dst = self.nodes[env.destination]
         if not dst.voter:
             self._count_read_replica_paths(env)
@@ -318,8 +342,22 @@ class Simulation:
             self.coverage["end_quorum"] += 1
         elif isinstance(body, VoteResponse) and body.pre_vote and not body.vote_granted:
             self.coverage["prevote_rejected"] += 1
-        node.core.step(env)
+        try:
+            node.core.step(env)
+        except OSError as exc:  # the driver's policy (raft/aio/driver.py)
+            if not out_of_space(exc):
+                self.stop_on_io_error(node, exc)
+                return
+            self.coverage["follower_disk_full"] += 1
         self.run_node(node)
+
+    def stop_on_io_error(self, node: SimNode, exc: OSError) -> None:
+        """What the driver does on a failed flush or quorum-state write: the node stops (its
+        unflushed tail is lost, as in a crash) and is restarted later."""
+        self._log(f"node {node.id} stops on an I/O error: {exc}")
+        self.coverage["io_error_stop"] += 1
+        self.kill(node, torn_tail=False)
+        self._push(self.clock.now_ms + self.rng.randint(20, 300), "restart", node.id)
 
     # -- invariants --------------------------------------------------------------------------------
 
@@ -406,6 +444,14 @@ class Simulation:
             last = node.core.append(records)
         except NotLeaderError:
             return
+        except OSError as exc:  # the driver's policy: a leader out of space resigns
+            if not out_of_space(exc):
+                raise
+            self._log(f"leader {node.id} out of space: resigns")
+            self.coverage["leader_disk_full_resign"] += 1
+            node.core.resign()
+            self.run_node(node)
+            return
         self._log(f"append {count} on leader {node.id} -> last offset {last}")
         self.run_node(node)
 
@@ -424,7 +470,26 @@ class Simulation:
         rng = self.rng
         ids = sorted(self.nodes)
         kind = rng.choice(("kill", "kill", "graceful", "partition", "isolate_leader", "asymmetric", "heal",
-                           "kill_all", "wipe_observer", "restart", "slow_voter"))
+                           "kill_all", "wipe_observer", "restart", "slow_voter", "io_error", "disk_full"))
+        if kind == "io_error":
+            # the next fsync or quorum-state write of a live node fails: it must stop, never
+            # acknowledge what it did not persist
+            node = self.nodes[rng.choice(ids)]
+            if node.alive:
+                if rng.random() < 0.5:
+                    node.log.flush_error = errno.EIO
+                else:
+                    node.quorum.write_error = rng.choice((errno.EIO, errno.ENOSPC))
+                self._log(f"node {node.id}: its next {'flush' if node.log.flush_error else 'quorum-state write'} fails")
+            return
+        if kind == "disk_full":
+            # appends fail with ENOSPC for a while: a leader resigns, a follower keeps fetching
+            node = self.nodes[rng.choice(ids)]
+            node.log.full = True
+            self._log(f"node {node.id}: disk full")
+            self.coverage["disk_full"] += 1
+            self._push(self.clock.now_ms + rng.randint(100, 600), "space", node.id)
+            return
         if kind == "slow_voter":
             # a voter that keeps up only slowly: its fetches and its high watermark trail the
             # leader's, so observers it serves run into OFFSET_NOT_AVAILABLE
@@ -568,10 +633,15 @@ class Simulation:
                 self._push(self.clock.now_ms + self.rng.randint(20, 300), "restart", payload)
         elif kind == "heal":
             self.heal()
+        elif kind == "space":
+            self.nodes[payload].log.full = False
+            self._log(f"node {payload}: space again")
         elif kind == "settle":
             self._log("settle: faults off, heal, restart every node")
             self.faults_on = False
             self.heal()
+            for node in self.nodes.values():
+                node.log.full, node.log.flush_error, node.quorum.write_error = False, None, None
             for node in self.nodes.values():
                 if not node.alive:
                     self.start(node)
@@ -594,8 +664,8 @@ class Simulation:
                   f"{len(self.committed)} committed batches")
 
 
-def run_seed(seed: int, *, verbose: bool = False, racks: bool = False) -> Simulation:
-    sim = Simulation(seed, verbose=verbose, racks=racks)
+def run_seed(seed: int, *, verbose: bool = False, racks: bool = False, forget_votes: bool = False) -> Simulation:
+    sim = Simulation(seed, verbose=verbose, racks=racks, forget_votes=forget_votes)
     sim.run()
     return sim
 

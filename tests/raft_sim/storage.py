@@ -12,6 +12,7 @@ observers (see tests/raft_sim/cluster.py).
 from __future__ import annotations
 
 import bisect
+import errno
 
 from kraftlog.errors import CorruptRecordError
 from kraftlog.raft.protocols import LogAppendInfo
@@ -52,6 +53,14 @@ class MemLog:
         self._hw = 0
         self._flushed = 0
         self._only_appended = True  # since the last flush: nothing but appends
+        # injected faults (the simulator sets them): the next flush fails with this errno; while
+        # ``full``, every append fails with ENOSPC and leaves the log as it was
+        self.flush_error: int | None = None
+        self.full = False
+
+    def _check_space(self) -> None:
+        if self.full:
+            raise OSError(errno.ENOSPC, "injected: no space left on device")
 
     # -- appends ------------------------------------------------------------------------
 
@@ -64,6 +73,7 @@ class MemLog:
             raise ValueError("empty batch")
         if epoch < self.last_fetched_epoch():
             raise ValueError(f"append at epoch {epoch} below the log's last epoch {self.last_fetched_epoch()}")
+        self._check_space()
         batch = LogBatch(self.live.end, epoch, tuple(records), control)
         self._push(batch)
         return LogAppendInfo(batch.base_offset, batch.last_offset)
@@ -72,6 +82,7 @@ class MemLog:
         first = batches[0].base_offset
         if first != self.live.end:
             raise ValueError(f"follower append at {first} but the log ends at {self.live.end}")
+        self._check_space()
         last_epoch = self.last_fetched_epoch()
         for b in batches:
             if b.base_offset != self.live.end or b.epoch < last_epoch or b.epoch > epoch or not b.records:
@@ -166,6 +177,9 @@ class MemLog:
         return self._hw
 
     def flush(self) -> None:
+        if self.flush_error is not None:  # an injected fsync failure: nothing more is durable
+            code, self.flush_error = self.flush_error, None
+            raise OSError(code, f"injected flush failure ({errno.errorcode[code]})")
         self.durable = self.live.copy()
         self._flushed = self.live.end
         self._only_appended = True
@@ -200,11 +214,15 @@ class MemQuorumStore:
     def __init__(self):
         self.state: ElectionState | None = None
         self.writes = 0
+        self.write_error: int | None = None  # injected: the next write fails with this errno
 
     def read(self) -> ElectionState | None:
         return self.state
 
     def write(self, state: ElectionState) -> None:
+        if self.write_error is not None:  # the old state stays, as after a failed rename
+            code, self.write_error = self.write_error, None
+            raise OSError(code, f"injected quorum-state write failure ({errno.errorcode[code]})")
         old = self.state
         if old is not None:
             assert state.epoch >= old.epoch, f"persisted epoch went back from {old.epoch} to {state.epoch}"
