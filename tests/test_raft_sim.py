@@ -131,12 +131,13 @@ def test_the_checker_catches_a_voter_that_forgot_its_vote():
             run_seed(seed, forget_votes=True)
 
 
-def test_storage_faults_are_decided_and_exercised():
+def test_storage_faults_and_stalls_are_decided_and_exercised():
     """The storage faults run and are survived the driver's way: some seeds stop a node on a
     failed fsync or quorum-state write, fill a disk, make a leader resign for lack of space and
-    a follower keep fetching through it, all with every invariant holding."""
+    a follower keep fetching through it; loops stall and state machines apply slowly (simulated
+    time passes while they do); all with every invariant holding and the cluster settling."""
     coverage: collections.Counter = collections.Counter()
     for seed in range(300):
         coverage.update(run_seed(seed).coverage)
-    for what in ("io_error_stop", "disk_full", "follower_disk_full", "leader_disk_full_resign"):
+    for what in ("io_error_stop", "disk_full", "follower_disk_full", "leader_disk_full_resign", "stall", "slow_apply"):
         assert coverage[what] > 0, f"no seed exercised {what}: {dict(coverage)}"

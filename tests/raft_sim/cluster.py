@@ -31,7 +31,9 @@ resigns first); kill all and restart a majority; wiping an observer's whole stat
 (every message to or from it delayed, so it lags the leader and its high watermark trails);
 storage faults decided as the asyncio driver decides them (raft/aio/driver.py): a node's next
 fsync or quorum-state write fails (it stops, losing its unflushed tail, and restarts later), a
-full disk for a while (a leader resigns, a follower keeps fetching and catches up after).
+full disk for a while (a leader resigns, a follower keeps fetching and catches up after);
+stalls (a node's loop runs nothing for up to 500 ms: its messages wait, its timers fire late)
+and, on some seeds, a slow state machine (each applied batch keeps the loop busy 1-3 ms).
 Every Ready is acted on by raft/ready.py's execute_ready, the driver's executor, so every seed
 runs the production order (the leader's Fetch responses before its flush).
 
@@ -130,6 +132,7 @@ class StateMachine:
         self.count += len(batch.records)
         self.next_offset = batch.next_offset
         self.node.cluster.check_commit(self.node, batch, self.digest)
+        self.node.apply_ms += self.node.cluster.apply_ms_per_batch
 
     def handle_leader_change(self, leader_id: int, epoch: int) -> None:
         self.leader_notified = leader_id == self.node.id
@@ -153,6 +156,8 @@ class SimNode:
     max_hw: int = -1
     counted: tuple[int, int, int, int] = (0, 0, 0, 0)
     rack: str | None = None
+    busy_until: int = 0  # the node's loop is busy (applying, or stalled) until then: events wait
+    apply_ms: int = 0  # simulated time its listener spent in the current run_node
 
     @property
     def alive(self) -> bool:
@@ -188,6 +193,9 @@ class Simulation:
         self.dup_p = rng.choice((0.0, 0.02, 0.05))
         self.reorder_p = rng.choice((0.0, 0.05, 0.2))
         self.fault_every_ms = rng.choice((150, 300, 600))
+        # applying a committed batch takes simulated time on some seeds (a slow state machine):
+        # the node's loop is busy meanwhile, so its timers fire late and messages wait
+        self.apply_ms_per_batch = rng.choice((0, 0, 0, 1, 3))
         self.blocked: set[tuple[int, int]] = set()  # (from, to) pairs that lose every message
         self.slow: dict[int, int] = {}  # node -> extra delay (ms) of every message to or from it
         self.leaders: dict[int, int] = {}  # epoch -> leader id, over the whole run
@@ -229,6 +237,7 @@ class Simulation:
         if self.forget_votes and node.incarnation > 1:
             node.quorum = MemQuorumStore()
         node.machine = StateMachine(node)
+        node.busy_until, node.apply_ms = 0, 0  # a new process: whatever stalled the old one is gone
         node.max_hw = -1
         node.counted = (0, 0, 0, 0)
         config = SIM_CONFIG if node.rack is None else dataclasses.replace(SIM_CONFIG, rack=node.rack)
@@ -267,6 +276,10 @@ class Simulation:
             if ready.is_empty or core is not node.core:
                 break
         after = (core.role, core.epoch, core.leader_id)
+        if node.apply_ms:
+            node.busy_until = max(node.busy_until, self.clock.now_ms + node.apply_ms)
+            node.apply_ms = 0
+            self.coverage["slow_apply"] += 1
         # a node's log changes only in step() and poll(), and every step is followed by this
         if node.machine is not None and node.log.end_offset() < node.machine.next_offset:
             self.fail(f"node {node.id} log ends at {node.log.end_offset()}, below what its listener got "
@@ -470,7 +483,7 @@ class Simulation:
         rng = self.rng
         ids = sorted(self.nodes)
         kind = rng.choice(("kill", "kill", "graceful", "partition", "isolate_leader", "asymmetric", "heal",
-                           "kill_all", "wipe_observer", "restart", "slow_voter", "io_error", "disk_full"))
+                           "kill_all", "wipe_observer", "restart", "slow_voter", "io_error", "disk_full", "stall"))
         if kind == "io_error":
             # the next fsync or quorum-state write of a live node fails: it must stop, never
             # acknowledge what it did not persist
@@ -481,6 +494,13 @@ class Simulation:
                 else:
                     node.quorum.write_error = rng.choice((errno.EIO, errno.ENOSPC))
                 self._log(f"node {node.id}: its next {'flush' if node.log.flush_error else 'quorum-state write'} fails")
+            return
+        if kind == "stall":
+            # the node's process stops running for a while (CPU starvation, a GC pause, SIGSTOP)
+            node = self.nodes[rng.choice(ids)]
+            node.busy_until = max(node.busy_until, self.clock.now_ms + rng.randint(50, 500))
+            self._log(f"node {node.id} stalls until {node.busy_until}")
+            self.coverage["stall"] += 1
             return
         if kind == "disk_full":
             # appends fail with ENOSPC for a while: a leader resigns, a follower keeps fetching
@@ -607,11 +627,19 @@ class Simulation:
 
     def _dispatch(self, kind: str, payload) -> None:
         if kind == "msg":
+            node = self.nodes[payload[0].destination]
+            if node.busy_until > self.clock.now_ms:  # its loop is busy: the message waits in the socket
+                self._push(node.busy_until, kind, payload)
+                return
             self.deliver(*payload)
         elif kind == "timer":
             node_id, incarnation = payload
             node = self.nodes[node_id]
             if node.alive and node.incarnation == incarnation and node.timer_at == self.clock.now_ms:
+                if node.busy_until > self.clock.now_ms:  # a timer fires late on a busy loop
+                    node.timer_at = node.busy_until
+                    self._push(node.busy_until, kind, payload)
+                    return
                 node.timer_at = -1
                 self.run_node(node)
         elif kind == "append":
