@@ -13,7 +13,7 @@ import uuid
 import crc32c as reference_crc
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from kraftlog import _accel
@@ -288,9 +288,12 @@ def check_against_generic(cols: mc.MetadataColumns, values: list[bytes]) -> None
         assert table.record_index[row] == i
         decoded.append((rec, table_name, row))
     _check_widths(cols, [d for d in decoded if d[1] in ("partitions", "partition_changes")])
-    for rec, table_name, row in decoded:
+    for (rec, table_name, row), value in zip(decoded, values, strict=True):
         if table_name != "other":
-            CHECKS[table_name](getattr(cols, table_name), row, rec.data, rec)
+            # a value that is not its own canonical encoding (a tag twice, say) may be left to the
+            # generic codec (extras), which reads it as Kafka does: the last occurrence wins
+            canonical = encode_record(rec.record_type, rec.version, rec.data) == value
+            CHECKS[table_name](getattr(cols, table_name), row, rec.data, rec, canonical)
     for name in mc.MetadataColumns.TABLES:
         assert len(getattr(cols, name)) == sum(1 for d in decoded if d[1] == name)
 
@@ -316,13 +319,13 @@ def _too_wide(*lists) -> bool:
     return any(v is not None and len(v) > W_MAX for v in lists)
 
 
-def check_topic(t, row, d, rec):
+def check_topic(t, row, d, rec, canonical=True):
     assert list(t.topic_id[row]) == _uuid_pair(d["TopicId"])
     assert _string(t.name_blob, t.name_offsets, row) == d["Name"]
     assert t.extras[row] == bool(d.get(UNKNOWN_TAGS))
 
 
-def check_partition(t, row, d, rec):
+def check_partition(t, row, d, rec, canonical=True):
     assert list(t.topic_id[row]) == _uuid_pair(d["TopicId"])
     for col, field in (("partition_id", "PartitionId"), ("leader", "Leader"), ("leader_epoch", "LeaderEpoch"),
                        ("partition_epoch", "PartitionEpoch"), ("leader_recovery_state", "LeaderRecoveryState")):
@@ -343,7 +346,7 @@ def check_partition(t, row, d, rec):
         assert bytes(t.directories[row, :16 * len(dirs)]) == b"".join(u.bytes for u in dirs)
 
 
-def check_change(t, row, d, rec):
+def check_change(t, row, d, rec, canonical=True):
     assert list(t.topic_id[row]) == _uuid_pair(d["TopicId"])
     assert t.partition_id[row] == d["PartitionId"] and t.leader[row] == d["Leader"]
     assert t.leader_recovery_state[row] == d["LeaderRecoveryState"]
@@ -358,12 +361,12 @@ def check_change(t, row, d, rec):
     assert t.extras[row] == extras
 
 
-def check_remove(t, row, d, rec):
+def check_remove(t, row, d, rec, canonical=True):
     assert list(t.topic_id[row]) == _uuid_pair(d["TopicId"])
     assert t.extras[row] == bool(d.get(UNKNOWN_TAGS))
 
 
-def check_config(t, row, d, rec):
+def check_config(t, row, d, rec, canonical=True):
     assert t.resource_type[row] == d["ResourceType"]
     assert _string(t.config_blob, t.resource_name_offsets, row) == d["ResourceName"]
     assert _string(t.config_blob, t.name_offsets, row) == d["Name"]
@@ -372,13 +375,13 @@ def check_config(t, row, d, rec):
     assert t.extras[row] == bool(d.get(UNKNOWN_TAGS))
 
 
-def check_feature(t, row, d, rec):
+def check_feature(t, row, d, rec, canonical=True):
     assert _string(t.feature_blob, t.name_offsets, row) == d["Name"]
     assert t.feature_level[row] == d["FeatureLevel"]
     assert t.extras[row] == bool(d.get(UNKNOWN_TAGS))
 
 
-def check_fence(t, row, d, rec):
+def check_fence(t, row, d, rec, canonical=True):
     assert t.broker_id[row] == d["Id"] and t.broker_epoch[row] == d["Epoch"]
     assert t.fenced[row] == (rec.record_type == "FenceBrokerRecord")
     assert t.extras[row] == bool(d.get(UNKNOWN_TAGS))
@@ -388,17 +391,17 @@ def check_fence(t, row, d, rec):
 FENCING = {1: 1, 0: -1, -1: 0}
 
 
-def check_broker_change(t, row, d, rec):
+def check_broker_change(t, row, d, rec, canonical=True):
     assert t.broker_id[row] == d["BrokerId"] and t.broker_epoch[row] == d["BrokerEpoch"]
     assert t.fenced[row] == FENCING.get(d["Fenced"], -1)
     ics = d["InControlledShutdown"]
     assert t.in_controlled_shutdown[row] == (1 if ics == 1 else -1)
     extras = (bool(d["LogDirs"]) or bool(d.get(UNKNOWN_TAGS)) or d["Fenced"] not in FENCING
               or ics not in (0, 1))
-    assert t.extras[row] == extras
+    assert t.extras[row] == extras or (t.extras[row] and not canonical)
 
 
-def check_registration(t, row, d, rec):
+def check_registration(t, row, d, rec, canonical=True):
     assert t.broker_id[row] == d["BrokerId"] and t.broker_epoch[row] == d["BrokerEpoch"]
     assert list(t.incarnation_id[row]) == _uuid_pair(d["IncarnationId"])
     assert t.fenced[row] == d["Fenced"] and t.in_controlled_shutdown[row] == d["InControlledShutdown"]
@@ -509,6 +512,9 @@ def mutated_value(draw):
 
 @settings(max_examples=300, deadline=None)
 @given(mutated_value(), st.sampled_from([layout.CODEC_NONE, layout.CODEC_ZSTD]))
+# found by this test: InControlledShutdown tagged twice (0xff, then 1); the generic codec keeps the
+# last, the column decoders leave the record to it (extras)
+@example(b"\x01\x11\x01" + bytes(12) + b"\x02\x01\x01\xff\x01\x01\x01", layout.CODEC_NONE)
 def test_mutated_values_decode_or_fail_like_the_generic_codec(value, codec):
     """Inside valid batches, a mutated value is refused by the column decoders exactly when the
     generic codec refuses it (for the hot kinds/versions), and native and twin agree on it."""
