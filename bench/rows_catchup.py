@@ -199,6 +199,8 @@ async def _first_commit_seconds(cluster: ControllerCluster) -> float:
     async def created():
         try:
             dq = await client.describe_quorum()
+            if dq.leader_id not in cluster.addresses:  # no leader yet
+                return False
             resp = await admin.create_topics(dq.leader_id, ["after-restart"], 1, 1)
         except ClientError:
             return False

@@ -67,6 +67,8 @@ from kraftlog.raft.types import (
     SafetyViolationError,
 )
 
+_READ_SLACK_BYTES = 4096  # a delivery read asks for this much beyond its estimate
+
 U, V, P, C, L, F, R = (Role.UNATTACHED, Role.VOTED, Role.PROSPECTIVE, Role.CANDIDATE, Role.LEADER,
                        Role.FOLLOWER, Role.RESIGNED)
 
@@ -83,8 +85,12 @@ class RaftConfig:
     fetch_max_wait_ms: int = 500  # how long the leader parks a Fetch with nothing to return
     fetch_max_bytes: int = 8 << 20
     snapshot_chunk_max_bytes: int = 1 << 20
-    deliveries_max_batches: int = 1024  # per poll, so one poll stays short
+    deliveries_max_batches: int = 4096  # per poll, so one poll stays short
     deliveries_max_records: int = 50_000  # per poll (at least one batch): bounds one bulk apply
+    # the most one log read of the delivery loop asks for; each read asks for about what the batch
+    # budget left will take (sized from the batches read before), so a poll that stops at its
+    # budget has not built objects for megabytes of small batches it reads again next poll
+    deliveries_read_bytes: int = 1 << 20
     metrics_window_ms: int = 30_000
     # KIP-392 for observers (see "Observers fetching from followers" below)
     rack: str | None = None  # this node's rack (Kafka's broker.rack), sent as RackId in every Fetch
@@ -178,6 +184,7 @@ class RaftCore:
         self._correlation = rng.getrandbits(30)
         self._hw = -1  # this node's high watermark; never decreases (-1: not known yet)
         self._listener_next = 0  # the next offset the listener needs
+        self._delivered_batch_bytes = 1024  # a typical delivered batch's size: sizes the next read
         self._notified: tuple[int, int] = (NO_ID, NO_EPOCH)
         self._leader_notified = False  # the listener was told that this node leads
         self._leader: _LeaderProgress | None = None
@@ -729,8 +736,9 @@ class RaftCore:
         budget = self.config.deliveries_max_batches
         records_left = self.config.deliveries_max_records
         while self._listener_next < self._hw and budget > 0 and records_left > 0:
-            batches = self.log.read(self._listener_next, self.config.fetch_max_bytes)
-            progressed = False
+            want = min(self.config.deliveries_read_bytes, budget * self._delivered_batch_bytes + _READ_SLACK_BYTES)
+            batches = self.log.read(self._listener_next, want)
+            used = used_bytes = 0
             for b in batches:
                 if b.next_offset > self._hw or budget == 0 or records_left <= 0:
                     break
@@ -740,9 +748,11 @@ class RaftCore:
                 self._listener_next = b.next_offset
                 budget -= 1
                 records_left -= len(b.records)
-                progressed = True
-            if not progressed:
+                used += 1
+                used_bytes += b.size_bytes()
+            if not used:
                 break
+            self._delivered_batch_bytes = max(1, used_bytes // used)
         self._notify_leader_change()
         return self._listener_next < self._hw and (budget == 0 or records_left <= 0)
 

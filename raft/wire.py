@@ -307,6 +307,10 @@ class WireBatch(LogBatch):
         object.__setattr__(b, "raw", raw)
         return b
 
+    def size_bytes(self) -> int:
+        """The batch's real size (its bytes), without decoding a record."""
+        return len(self.raw)
+
 
 def split_batches(buf, *, what: str = "records") -> tuple[WireBatch, ...]:
     """Cut a buffer of whole record batches v2 into WireBatches (zero copy when ``buf`` is a

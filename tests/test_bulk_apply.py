@@ -1,8 +1,9 @@
 """Proves that committed batches reach the metadata image in bulk without changing it: raft's
 executor hands each run of consecutive commits to ``handle_commits`` in one call, in order, with
 leader changes and snapshot loads between runs where the core put them; the image publisher's
-bulk apply gives the same image as one replay per batch; a run holding a FeatureLevelRecord goes
-batch by batch (a lowered metadata.version reloads the image before the next record)."""
+bulk apply gives the same image as one replay per batch; a batch holding a FeatureLevelRecord is
+applied on its own between bulk replays (a lowered metadata.version reloads the image before the
+next record)."""
 
 from __future__ import annotations
 
@@ -80,9 +81,13 @@ def test_bulk_apply_gives_the_image_of_one_replay_per_batch():
     assert bulk.image.provenance == one.image.provenance
 
 
-def test_a_run_with_a_feature_level_change_is_applied_batch_by_batch():
+def test_a_batch_with_a_feature_level_change_is_applied_on_its_own():
+    """The batches around it still go in bulk; the image is the one-by-one image."""
     shape = workload.WorkloadShape.scaled(200, replicas_per_broker=100)
-    batches = _committed_batches(list(workload.generate(shape)), 10)
+    values = list(workload.generate(shape))
+    level = values[0]  # metadata.version
+    values = values[:60] + [level] + values[60:]  # a second FeatureLevelRecord mid-run
+    batches = _committed_batches(values, 10)
 
     class Counting(ImagePublisher):
         singles = 0
@@ -92,11 +97,12 @@ def test_a_run_with_a_feature_level_change_is_applied_batch_by_batch():
             super().handle_commit(batch)
 
     publisher = Counting()
-    publisher.handle_commits(batches)  # the first batch holds metadata.version
-    assert publisher.singles == len(batches)
-    later = Counting()
-    later.handle_commit(batches[0])
-    later.singles = 0
-    later.handle_commits(batches[1:])  # no feature level in these: one bulk replay
-    assert later.singles == 0 and later.next_offset == publisher.next_offset
-    assert list(later.image.topics.topic_names()) == list(publisher.image.topics.topic_names())
+    publisher.handle_commits(batches)  # batches 0 and 6 hold a FeatureLevelRecord
+    assert publisher.singles == 2
+    one_by_one = ImagePublisher()
+    for b in batches:
+        one_by_one.handle_commit(b)
+    assert publisher.next_offset == one_by_one.next_offset == batches[-1].next_offset
+    for name in one_by_one.image.topics.topic_names():
+        assert list(publisher.image.topics.partitions_of(name)) == list(one_by_one.image.topics.partitions_of(name))
+    assert publisher.image.features == one_by_one.image.features

@@ -167,18 +167,32 @@ class ImagePublisher:
     def handle_commits(self, batches) -> None:
         """A run of committed batches (raft/ready.py): one decode, one delta, one new image. A
         replay has a fixed cost (~1 ms: delta, apply, publish) that a restarted or far-behind node
-        would otherwise pay per batch, on its Raft loop. A run that changes a feature level goes
-        batch by batch: a lowered metadata.version reloads the image before the next record
-        (SnapshottingPublisher)."""
+        would otherwise pay per batch, on its Raft loop. A batch that changes a feature level is
+        applied on its own, between bulk replays of the batches around it: a lowered
+        metadata.version reloads the image before the next record (SnapshottingPublisher)."""
         raw = b"".join(b.raw for b in batches)
         columns = loader_decode(raw)
-        if (columns.api_keys == API_FEATURE_LEVEL).any():
-            for batch in batches:
-                self.handle_commit(batch)
+        levels = columns.offsets[columns.api_keys == API_FEATURE_LEVEL]
+        if not len(levels):
+            self._replay_run(batches, columns, len(raw))
             return
+        bases = np.fromiter((b.base_offset for b in batches), dtype=np.int64, count=len(batches))
+        start = 0
+        for k in np.unique(np.searchsorted(bases, levels, side="right") - 1).tolist():
+            self._replay_batches(batches[start:k])
+            self.handle_commit(batches[k])
+            start = k + 1
+        self._replay_batches(batches[start:])
+
+    def _replay_batches(self, batches) -> None:
+        if batches:
+            raw = b"".join(b.raw for b in batches)
+            self._replay_run(batches, loader_decode(raw), len(raw))
+
+    def _replay_run(self, batches, columns, size_bytes: int) -> None:
         self.loader.replay_decoded(columns)
         self._advance(batches[-1].next_offset)
-        self._applied_in_bulk(len(raw))
+        self._applied_in_bulk(size_bytes)
 
     def _applied_in_bulk(self, size_bytes: int) -> None:
         """After handle_commits applied ``size_bytes`` of batches at once (a hook)."""
