@@ -23,7 +23,7 @@ committed it would hold it.
         pieces, between which it keeps answering Fetches and votes). Over the election timeout
         (500 ms); goal <= 2. Peer: none (the ratio is the row).
 
-Ports are ephemeral (engine/server/localcluster.py); every process is killed and every directory
+Ports are ephemeral (engine/node/localcluster.py); every process is killed and every directory
 removed when a row ends, whatever happens.
 """
 
@@ -40,7 +40,7 @@ import time
 from kraftlog.bench.rows_cluster import bytecode_launcher, format_dir
 from kraftlog.bench.timing import row
 from kraftlog.engine.image import workload as wl
-from kraftlog.engine.server.localcluster import LocalCluster, wait_until
+from kraftlog.engine.node.localcluster import LocalCluster, wait_until
 
 CATCHUP_PARTITIONS = 100_000
 ELECTION_TIMEOUT_MS = 500
@@ -71,8 +71,8 @@ def seed_log(directory: str, data: bytes) -> int:
     """Write ``data`` (whole batches from offset 0) as node ``directory``'s metadata log, fsynced,
     with a quorum-state at LOG_EPOCH (no leader, no vote); returns the log end offset."""
     from kraftlog.engine.log.log import Log
-    from kraftlog.engine.server.node import METADATA_LOG_DIRNAME
-    from kraftlog.engine.server.raftlog import RAFT_LOG_CONFIG
+    from kraftlog.engine.node.node import METADATA_LOG_DIRNAME
+    from kraftlog.engine.node.raftlog import RAFT_LOG_CONFIG
     from kraftlog.raft import wire
     from kraftlog.raft.aio.quorum_file import QuorumStateFile
     from kraftlog.raft.types import ElectionState
@@ -105,7 +105,7 @@ class ControllerCluster(LocalCluster):
                 self.end_offset = seed_log(self.dir_of(i), data)
 
     def command(self, i: int, listen_fd: int) -> list[str]:
-        return [*self.launcher, sys.executable, "-m", "kraftlog.engine.server.cli", "node", "run", "--node-id", str(i),
+        return [*self.launcher, sys.executable, "-m", "kraftlog.engine.cli.main", "node", "run", "--node-id", str(i),
                 "--controller-quorum-voters", self.voters_arg, "--dir", self.dir_of(i), "--listen-fd",
                 str(listen_fd), "--process-roles", "controller", "--log-level", "WARNING", *_RAFT_FLAGS]
 
@@ -120,7 +120,7 @@ async def _replica_end(client, node: int) -> int:
 
 
 async def _catchup_seconds(cluster: ControllerCluster) -> float:
-    from kraftlog.engine.server.raftnode import RaftClient
+    from kraftlog.engine.node.raftnode import RaftClient
 
     client = RaftClient(cluster.voters)
     try:
@@ -186,8 +186,8 @@ def _bulk_replay_seconds(data: bytes) -> float:
 async def _first_commit_seconds(cluster: ControllerCluster) -> float:
     from kio.schema.errors import ErrorCode
 
-    from kraftlog.engine.server.demo_parts.admin import Admin
-    from kraftlog.engine.server.raftnode import ClientError, RaftClient
+    from kraftlog.engine.cli.demo_parts.admin import Admin
+    from kraftlog.engine.node.raftnode import ClientError, RaftClient
 
     class _Addresses:  # what Admin asks of a cluster
         def address(self, node_id: int):

@@ -27,7 +27,7 @@ image, and CreateTopics through a real 3-controller quorum.
         batch per request, same window): the ratio (ours / peer, below 1) is the controller's
         overhead over a bare Raft commit. Met: every topic created is on every broker's answer.
 
-Ports are ephemeral (engine/server/localcluster.py hands each node its listening socket); every
+Ports are ephemeral (engine/node/localcluster.py hands each node its listening socket); every
 process is killed and every directory removed when a row ends, whatever happens.
 """
 
@@ -52,10 +52,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from kraftlog.bench.timing import row
+from kraftlog.engine.broker import metadata_answer
 from kraftlog.engine.image import workload as wl
+from kraftlog.engine.node.localcluster import LocalCluster
 from kraftlog.engine.records import metadata as codec
-from kraftlog.engine.server import metadata_answer
-from kraftlog.engine.server.localcluster import LocalCluster
 from kraftlog.raft import wire
 
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
@@ -92,7 +92,7 @@ def scale(n: int) -> int | None:
 
 
 def format_dir(directory: str, node_id: int) -> None:
-    from kraftlog.engine.server import cli
+    from kraftlog.engine.cli import main as cli
 
     with contextlib.redirect_stdout(io.StringIO()):
         code = cli.main(["storage", "format", "--cluster-id", CLUSTER_ID, "--node-id", str(node_id),
@@ -104,8 +104,8 @@ def format_dir(directory: str, node_id: int) -> None:
 def start_log_at(directory: str, snapshot_id) -> None:
     """Make the node's metadata log start at the snapshot's end offset (what a node that took the
     snapshot and moved its log start looks like), with the snapshot's epoch as the start epoch."""
-    from kraftlog.engine.server.node import METADATA_LOG_DIRNAME, SNAPSHOT_DIRNAME
-    from kraftlog.engine.server.raftlog import EngineRaftLog
+    from kraftlog.engine.node.node import METADATA_LOG_DIRNAME, SNAPSHOT_DIRNAME
+    from kraftlog.engine.node.raftlog import EngineRaftLog
     from kraftlog.engine.snapshot import SnapshotStore
 
     partition_dir = os.path.join(directory, METADATA_LOG_DIRNAME)
@@ -202,7 +202,7 @@ class RestartCluster(LocalCluster):
         self.snapshot_id = None
 
     def seed(self) -> None:
-        from kraftlog.engine.server.node import METADATA_LOG_DIRNAME, SNAPSHOT_DIRNAME
+        from kraftlog.engine.node.node import METADATA_LOG_DIRNAME, SNAPSHOT_DIRNAME
         from kraftlog.engine.snapshot import SnapshotId, SnapshotStore
 
         values = wl.image_values(self.shape)
@@ -220,7 +220,7 @@ class RestartCluster(LocalCluster):
             start_log_at(self.dir_of(i), self.snapshot_id)
 
     def command(self, i: int, listen_fd: int) -> list[str]:
-        base = [*self.launcher, sys.executable, "-m", "kraftlog.engine.server.cli", "node", "run", "--node-id", str(i),
+        base = [*self.launcher, sys.executable, "-m", "kraftlog.engine.cli.main", "node", "run", "--node-id", str(i),
                 "--controller-quorum-voters", self.voters_arg, "--dir", self.dir_of(i), "--listen-fd", str(listen_fd),
                 *_RAFT_FLAGS, "--session-timeout-ms", str(IMAGE_SESSION_TIMEOUT_MS), "--heartbeat-interval-ms", "200"]
         return base + ["--process-roles", "broker" if i == BROKER_ID else "controller"]
@@ -292,8 +292,8 @@ def bytecode_launcher(root: str) -> list[str]:
 
 
 # what `kraftlog node run` imports before it serves, timed inside the probe process
-_IMPORTS = ("import time; t = time.perf_counter(); from kraftlog.engine.server import cli; cli.build_parser(); "
-            "import kraftlog.engine.server.node; print(time.perf_counter() - t)")
+_IMPORTS = ("import time; t = time.perf_counter(); from kraftlog.engine.cli import main as cli; cli.build_parser(); "
+            "import kraftlog.engine.node.node; print(time.perf_counter() - t)")
 
 
 def startup_seconds(launcher: list[str]) -> tuple[float, float]:
@@ -398,7 +398,7 @@ class QuorumCluster(LocalCluster):
 
     def command(self, i: int, listen_fd: int) -> list[str]:
         roles = ["--process-roles", "broker", "--rack", RACKS[i]] if i in BROKERS else ["--process-roles", "controller"]
-        return [sys.executable, "-m", "kraftlog.engine.server.cli", "node", "run", "--node-id", str(i),
+        return [sys.executable, "-m", "kraftlog.engine.cli.main", "node", "run", "--node-id", str(i),
                 "--controller-quorum-voters", self.voters_arg, "--dir", self.dir_of(i), "--listen-fd", str(listen_fd),
                 *_RAFT_FLAGS, "--heartbeat-interval-ms", "200", "--log-level", "WARNING", *roles]
 
@@ -422,7 +422,7 @@ async def _metadata(conn, names: list[str] | None):
 
 
 async def _connect(address: tuple[str, int]):
-    from kraftlog.engine.server.raftnode import _ClientConnection
+    from kraftlog.engine.node.raftnode import _ClientConnection
 
     conn = _ClientConnection(*address)
     await conn.open()
@@ -430,7 +430,7 @@ async def _connect(address: tuple[str, int]):
 
 
 async def _wait_for(predicate, timeout_s: float, what: str):
-    from kraftlog.engine.server.localcluster import wait_until
+    from kraftlog.engine.node.localcluster import wait_until
 
     return await wait_until(predicate, timeout_s, what, error=RuntimeError)
 
@@ -495,7 +495,7 @@ class CreateSession:
         self._serial = 0
 
     async def open(self) -> None:
-        from kraftlog.engine.server.raftnode import RaftClient
+        from kraftlog.engine.node.raftnode import RaftClient
 
         self.client = RaftClient(self.cluster.voters, attempt_timeout_ms=2000)
         self.conns = {i: await _connect(self.cluster.addresses[i]) for i in self.cluster.socks}

@@ -18,11 +18,11 @@ from __future__ import annotations
 from functools import cache
 
 from kraftlog.bench.timing import measure, row
+from kraftlog.engine.controller import replication as rp
 from kraftlog.engine.image import workload as wl
 from kraftlog.engine.image.loader import Loader
 from kraftlog.engine.records import batch
 from kraftlog.engine.records import metadata as codec
-from kraftlog.engine.server import replication as rp
 
 REPLICAS_PER_BROKER = 30_000
 RECORDS_PER_BATCH = 10_000  # the controller's max_records_per_batch

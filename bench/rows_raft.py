@@ -1,4 +1,4 @@
-"""Report rows: a real three-voter raft cluster (three `python -m kraftlog.engine.server.raftnode`
+"""Report rows: a real three-voter raft cluster (three `python -m kraftlog.engine.node.raftnode`
 processes on loopback, engine log with fsync on every flush the protocol asks for) beside
 PySyncObj (three processes on loopback, same payload size).
 
@@ -37,7 +37,7 @@ import textwrap
 import time
 
 from kraftlog.bench.timing import row
-from kraftlog.engine.server.localcluster import LocalCluster
+from kraftlog.engine.node.localcluster import LocalCluster
 
 PAYLOAD_BYTES = 100
 BATCH_RECORDS = 1000
@@ -49,7 +49,7 @@ _CACHE: dict = {}
 
 class NodeCluster(LocalCluster):
     """Three raftnode processes, started at once; ``close()`` kills whatever still runs and removes
-    the data (see kraftlog.engine.server.localcluster)."""
+    the data (see kraftlog.engine.node.localcluster)."""
 
     def __init__(self, *extra_args: str, n: int = 3):
         super().__init__(tempfile.mkdtemp(prefix="kraftlog-raft-bench-"), n, backlog=256)
@@ -57,7 +57,7 @@ class NodeCluster(LocalCluster):
         self.start_all()
 
     def command(self, i: int, listen_fd: int) -> list[str]:
-        return [sys.executable, "-m", "kraftlog.engine.server.raftnode", "--node-id", str(i), "--voters",
+        return [sys.executable, "-m", "kraftlog.engine.node.raftnode", "--node-id", str(i), "--voters",
                 self.voters_arg, "--dir", self.dir_of(i), "--listen-fd", str(listen_fd), "--log-level", "WARNING",
                 *self.extra]
 
@@ -88,7 +88,7 @@ def fsync_p50_ms(samples: int = 50) -> float:
 
 
 async def _latencies(voters, count: int, warmup: int) -> list[float]:
-    from kraftlog.engine.server.raftnode import RaftClient
+    from kraftlog.engine.node.raftnode import RaftClient
 
     client = RaftClient(voters)
     payload = b"v" * PAYLOAD_BYTES
@@ -123,7 +123,7 @@ def _percentile(sorted_ms: list[float], p: float) -> float:
 
 
 async def _throughput(voters, seconds: float) -> tuple[float, int]:
-    from kraftlog.engine.server.raftnode import RaftClient
+    from kraftlog.engine.node.raftnode import RaftClient
     from kraftlog.raft import wire
 
     client = RaftClient(voters)
@@ -226,7 +226,7 @@ def peer_throughput(quick: bool) -> float:
 
 
 async def _failover_once(cluster: NodeCluster) -> float:
-    from kraftlog.engine.server.raftnode import RaftClient
+    from kraftlog.engine.node.raftnode import RaftClient
 
     client = RaftClient(cluster.voters, attempt_timeout_ms=300, retry_backoff_ms=5)
     try:

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from kraftlog.bench import rows_raft as data
-from kraftlog.engine.server.raftnode import RaftClient
+from kraftlog.engine.node.raftnode import RaftClient
 
 
 @pytest.fixture(scope="module")

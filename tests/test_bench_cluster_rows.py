@@ -15,10 +15,10 @@ from kio.static.primitive import i32
 
 from kraftlog.bench import report as harness
 from kraftlog.bench import rows_cluster as rc
+from kraftlog.engine.broker.metadata_answer import answer_metadata
 from kraftlog.engine.image import workload as wl
 from kraftlog.engine.image.loader import Loader
 from kraftlog.engine.records import batch
-from kraftlog.engine.server.metadata_answer import answer_metadata
 
 
 def _image(shape: wl.WorkloadShape):

@@ -77,7 +77,7 @@ def test_a_row_that_breaks_the_contract_is_refused():
 
 
 def test_cli_refuses_an_unknown_row_with_one_line(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "kraftlog.engine.server.cli", "bench", "--only", "no.such.row",
+    out = subprocess.run([sys.executable, "-m", "kraftlog.engine.cli.main", "bench", "--only", "no.such.row",
                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert out.returncode != 0
     assert out.stderr.strip().startswith("kraftlog bench: error: no benchmark matches")

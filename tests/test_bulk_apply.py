@@ -7,10 +7,10 @@ next record)."""
 
 from __future__ import annotations
 
+from kraftlog.engine.controller.controller import ImagePublisher
 from kraftlog.engine.image import workload
 from kraftlog.engine.records import metadata as codec
 from kraftlog.engine.records.batch import build_batch_from_values
-from kraftlog.engine.server.controller import ImagePublisher
 from kraftlog.raft import wire
 from kraftlog.raft.ready import Commit, LeaderChangeNotice, LoadSnapshot, deliver
 from kraftlog.raft.types import LogBatch, OffsetAndEpoch

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from cli_contract import assert_one_line_error
 
-CLI = [sys.executable, "-m", "kraftlog.engine.server.cli"]
+CLI = [sys.executable, "-m", "kraftlog.engine.cli.main"]
 TOPICS = 120
 PARTITIONS = TOPICS * 10
 BROKERS = 3  # max(RF, partitions * RF // 10,000 rounded down to a multiple of 3) for this size

@@ -1,6 +1,6 @@
 """`kraftlog gen` and `kraftlog log dump|verify|repair`, end to end through the real CLI.
 
-Every command runs as a subprocess (``python -m kraftlog.engine.server.cli``) on a log written by
+Every command runs as a subprocess (``python -m kraftlog.engine.cli.main``) on a log written by
 `kraftlog gen` into a temporary directory. Expected values come from an independent reader
 (kafka-python's record-batch reader: offsets, positions, CRCs, sizes, CRC validity) or from the
 workload's own parameters, never from the output of the code under test.
@@ -25,7 +25,7 @@ from kafka.record.memory_records import MemoryRecords
 # (KRAFTLOG_NO_EXTENSIONS=1 reaches the subprocesses through the environment).
 pytestmark = pytest.mark.twin
 
-CLI = [sys.executable, "-m", "kraftlog.engine.server.cli"]
+CLI = [sys.executable, "-m", "kraftlog.engine.cli.main"]
 PARTITIONS = 2000  # 200 topics x 10 partitions, 3 brokers
 CHURN = 300
 RECORDS_PER_BATCH = 100

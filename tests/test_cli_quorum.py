@@ -12,7 +12,7 @@ import sys
 import pytest
 from test_raft_cluster import ProcessCluster
 
-from kraftlog.engine.server.raftnode import RaftClient
+from kraftlog.engine.node.raftnode import RaftClient
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ def quorum(tmp_path_factory):
 
 
 def kraftlog(*args):
-    return subprocess.run([sys.executable, "-m", "kraftlog.engine.server.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "kraftlog.engine.cli.main", *args], capture_output=True,
                           text=True, timeout=60)
 
 

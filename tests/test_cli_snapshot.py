@@ -37,7 +37,7 @@ from kraftlog.engine.snapshot.layout import chunk_key, id_key
 # pure-Python twins (KRAFTLOG_NO_EXTENSIONS=1 reaches the subprocesses through the environment).
 pytestmark = pytest.mark.twin
 
-CLI = [sys.executable, "-m", "kraftlog.engine.server.cli"]
+CLI = [sys.executable, "-m", "kraftlog.engine.cli.main"]
 SHAPE = wl.WorkloadShape.scaled(600, replicas_per_broker=300, metadata_version=versions.LEVELS["3.9-IV0"])
 OLD, NEW = SnapshotId(1000, 1), SnapshotId(2000, 3)
 # Small chunks and batches, so a snapshot spans several chunks (one can be damaged alone).

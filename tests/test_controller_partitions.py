@@ -1,6 +1,6 @@
 """Proves the controller's partition side (issue #7).
 
-Fast, in-process (engine/server/replication.py, pure):
+Fast, in-process (engine/controller/replication.py, pure):
 - the bulk plan (numpy over the image's columns) makes exactly the records Kafka's
   PartitionChangeBuilder steps make one partition at a time (build_change), on generated clusters,
   with and without the pre-3.6 leader-epoch bump on ISR shrink;
@@ -44,14 +44,14 @@ from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import request as md_req
 from kio.static.primitive import i8, i32, i64
 
+from kraftlog.engine.controller import replication as rp
+from kraftlog.engine.controller.controller import Controller, ControllerConfig, ImagePublisher
 from kraftlog.engine.image import versions, workload
 from kraftlog.engine.image.loader import Loader
 from kraftlog.engine.image.topics import uuid_to_halves
+from kraftlog.engine.node.raftnode import ClientError, _ClientConnection
 from kraftlog.engine.records import batch
 from kraftlog.engine.records import metadata as codec
-from kraftlog.engine.server import replication as rp
-from kraftlog.engine.server.controller import Controller, ControllerConfig, ImagePublisher
-from kraftlog.engine.server.raftnode import ClientError, _ClientConnection
 from kraftlog.raft.aio.driver import DriverConfig
 from kraftlog.raft.state import Role
 from tests.test_node_controller import (
@@ -65,7 +65,7 @@ from tests.test_node_controller import (
 )
 
 try:  # the controller's Metadata answer carries tagged fields kio's plain reader refuses
-    from kraftlog.engine.server.metadata_answer import EpochMetadataResponse as MetadataAnswer
+    from kraftlog.engine.broker.metadata_answer import EpochMetadataResponse as MetadataAnswer
 except ImportError:  # pragma: no cover - before that answer existed
     from kio.schema.metadata.v12.response import MetadataResponse as MetadataAnswer
 

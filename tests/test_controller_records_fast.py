@@ -1,4 +1,4 @@
-"""Proves the records CreateTopics and CreatePartitions write (engine/server/records_fast.py).
+"""Proves the records CreateTopics and CreatePartitions write (engine/controller/records_fast.py).
 
 - the PartitionRecord template writes exactly the generic codec's bytes, for every record version,
   replica count (including counts past the template's one-byte lengths), ISR shape and directory;
@@ -29,13 +29,8 @@ from kio.schema.create_topics.v7 import request as ct_req
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32
 
-from kraftlog.engine.image import versions
-from kraftlog.engine.image.image import BrokerRegistration
-from kraftlog.engine.image.topics import MIGRATING_DIRECTORY
-from kraftlog.engine.records import batch
-from kraftlog.engine.records import metadata as codec
-from kraftlog.engine.server import records_fast as rf
-from kraftlog.engine.server.controller import (
+from kraftlog.engine.controller import records_fast as rf
+from kraftlog.engine.controller.controller import (
     Controller,
     ControllerConfig,
     ImagePublisher,
@@ -43,6 +38,11 @@ from kraftlog.engine.server.controller import (
     place_replicas_many,
     rack_interleaved,
 )
+from kraftlog.engine.image import versions
+from kraftlog.engine.image.image import BrokerRegistration
+from kraftlog.engine.image.topics import MIGRATING_DIRECTORY
+from kraftlog.engine.records import batch
+from kraftlog.engine.records import metadata as codec
 from kraftlog.raft.aio.driver import DriverConfig
 from tests.test_controller_partitions import _InstantDriver
 

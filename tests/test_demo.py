@@ -21,15 +21,15 @@ import psutil
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
+from kraftlog.engine.cli.demo_parts import datadir
+from kraftlog.engine.cli.demo_parts.cluster import METADATA_LOG
+from kraftlog.engine.cli.demo_parts.errors import DataDirError
 from kraftlog.engine.image import workload
 from kraftlog.engine.records import metadata as codec
-from kraftlog.engine.server.demo_parts import datadir
-from kraftlog.engine.server.demo_parts.cluster import METADATA_LOG
-from kraftlog.engine.server.demo_parts.errors import DataDirError
 
 pytestmark = pytest.mark.slow
 
-CLI = [sys.executable, "-m", "kraftlog.engine.server.cli"]
+CLI = [sys.executable, "-m", "kraftlog.engine.cli.main"]
 PARTITIONS = 5000
 PROBE_PARTITIONS = 1  # the topic the new active controller creates after the failover
 NODES = 5  # 3 controllers + 2 brokers
@@ -273,8 +273,8 @@ def test_a_node_that_cannot_start_is_named_with_its_last_log_line(tmp_path):
     the node, its exit code and its last stderr line; nothing is left running."""
     import asyncio
 
-    from kraftlog.engine.server.demo_parts.cluster import NodeCluster, RaftTimeouts
-    from kraftlog.engine.server.demo_parts.errors import NodeStartError
+    from kraftlog.engine.cli.demo_parts.cluster import NodeCluster, RaftTimeouts
+    from kraftlog.engine.cli.demo_parts.errors import NodeStartError
 
     bad = RaftTimeouts(request_timeout_ms=100, fetch_max_wait_ms=200)
     cluster = NodeCluster(str(tmp_path), (1,), cluster_id="MkU3OEVBNTcwNTJENDM2Qg", timeouts=bad)
@@ -291,8 +291,8 @@ def test_no_leader_is_one_clear_error():
     """A quorum that never elects: QuorumError saying so, with the nodes' description."""
     import asyncio
 
-    from kraftlog.engine.server.demo_parts import quorum
-    from kraftlog.engine.server.demo_parts.errors import QuorumError
+    from kraftlog.engine.cli.demo_parts import quorum
+    from kraftlog.engine.cli.demo_parts.errors import QuorumError
     from kraftlog.raft.messages import DescribeQuorumResponse
     from kraftlog.raft.types import Errors
 
@@ -308,7 +308,7 @@ def test_quorum_tables_follow_kafka_metadata_quorum():
     """--status and --replication as Kafka's tool computes them: Lag = leader LEO - replica LEO,
     MaxFollowerLag from the furthest-behind voter, MaxFollowerLagTimeMs = leader's last caught up
     minus that voter's, times as "ms ago" against the leader's own entry; leader row first."""
-    from kraftlog.engine.server.demo_parts import quorum
+    from kraftlog.engine.cli.demo_parts import quorum
     from kraftlog.raft.messages import DescribeQuorumResponse, ReplicaDescription
     from kraftlog.raft.types import Errors
 

@@ -1,4 +1,4 @@
-"""Proves OffsetsForLeaderEpoch on the metadata log (engine/server/epoch_offsets.py) against a real
+"""Proves OffsetsForLeaderEpoch on the metadata log (engine/broker/epoch_offsets.py) against a real
 engine log with known epochs: where each epoch ends, the consumer's cap at the high watermark, a
 replica's log end, the leader-epoch fencing checks and unknown partitions; and that a running
 broker answers it over Kafka's wire (in tests/test_node_brokers.py)."""
@@ -9,8 +9,8 @@ from kio.schema.errors import ErrorCode
 from kio.schema.offset_for_leader_epoch.v4 import request as kreq
 from kio.static.primitive import i32
 
-from kraftlog.engine.server.epoch_offsets import answer
-from kraftlog.engine.server.raftlog import EngineRaftLog, FileSnapshotStore
+from kraftlog.engine.broker.epoch_offsets import answer
+from kraftlog.engine.node.raftlog import EngineRaftLog, FileSnapshotStore
 
 
 def _request(replica_id: int, *asks: tuple[str, int, int, int]) -> kreq.OffsetForLeaderEpochRequest:

@@ -1,4 +1,4 @@
-"""Proves the metadata.version / feature rules of UpdateFeatures (engine/server/features.py) on
+"""Proves the metadata.version / feature rules of UpdateFeatures (engine/controller/features.py) on
 hand-built images, the feature fields of ApiVersions through kio's wire encoding, the handler's
 locking/writing/NOT_CONTROLLER behaviour, and `kraftlog features`' output lines (Kafka's phrases)
 and argument errors.
@@ -28,11 +28,11 @@ from kio.schema.update_features.v1 import request as kreq
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i8, i16
 
+from kraftlog.engine.cli.tools import features_cmd as cmd
+from kraftlog.engine.controller import features as F
 from kraftlog.engine.image import versions
 from kraftlog.engine.image.image import MetadataImage, Provenance
 from kraftlog.engine.records import metadata as codec
-from kraftlog.engine.server import features as F
-from kraftlog.engine.server.tools import features_cmd as cmd
 
 MV = "metadata.version"
 L = versions.LEVELS
@@ -393,7 +393,7 @@ class StubController:
         assert self._lock.locked(), "bootstrap must run under the write lock"
 
     async def _write(self, records):
-        from kraftlog.engine.server.controller import _NotActive
+        from kraftlog.engine.controller.controller import _NotActive
 
         assert self._lock.locked(), "writes must run under the write lock"
         if self.lose_leadership:
@@ -502,7 +502,7 @@ def test_response_errors_fall_back_to_the_code_name():
 
 
 def kraftlog(*args):
-    return subprocess.run([sys.executable, "-m", "kraftlog.engine.server.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "kraftlog.engine.cli.main", *args], capture_output=True,
                           text=True, timeout=60)
 
 

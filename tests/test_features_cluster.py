@@ -25,8 +25,8 @@ import sys
 
 import pytest
 
+from kraftlog.engine.cli.tools import imageload
 from kraftlog.engine.image import versions
-from kraftlog.engine.server.tools import imageload
 from tests.image_summary import summary
 from tests.test_node_brokers import CLUSTER_ID, Conns, _all_live, _create, _until
 
@@ -36,7 +36,7 @@ BROKERS = (101, 102)
 
 
 def _kraftlog(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kraftlog.engine.server.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "kraftlog.engine.cli.main", *args], capture_output=True,
                           text=True, timeout=60)
 
 
@@ -44,7 +44,7 @@ class FeatureCluster:
     """3 controllers + 2 brokers; a broker may be (re)started as an older build."""
 
     def __init__(self, directory: str):
-        from kraftlog.engine.server.localcluster import LocalCluster
+        from kraftlog.engine.node.localcluster import LocalCluster
 
         outer = self
 
@@ -53,7 +53,7 @@ class FeatureCluster:
                 extra = ["--process-roles", "broker"] if i in BROKERS else []
                 if i in outer.old_build:
                     extra += ["--max-metadata-version", "4.0-IV3"]
-                return [sys.executable, "-m", "kraftlog.engine.server.cli", "node", "run", "--node-id", str(i),
+                return [sys.executable, "-m", "kraftlog.engine.cli.main", "node", "run", "--node-id", str(i),
                         "--controller-quorum-voters", self.voters_arg, "--dir", self.dir_of(i), "--listen-fd",
                         str(listen_fd), "--election-timeout-ms", "300", "--fetch-timeout-ms", "600",
                         "--request-timeout-ms", "400", "--fetch-max-wait-ms", "200", "--session-timeout-ms", "3000",
@@ -68,7 +68,7 @@ class FeatureCluster:
 
 @pytest.fixture
 def fc(tmp_path):
-    from kraftlog.engine.server import cli
+    from kraftlog.engine.cli import main as cli
 
     f = FeatureCluster(str(tmp_path))
     try:

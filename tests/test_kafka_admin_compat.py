@@ -1,6 +1,6 @@
 """Kafka admin clients that are not ours (kafka-python's KafkaAdminClient, which speaks the newest
 versions, and aiokafka's AIOKafkaAdminClient, which stops at ApiVersions v0-v2, Metadata v5,
-CreateTopics v3, DeleteTopics v3: engine/server/older_versions.py) against a live cluster,
+CreateTopics v3, DeleteTopics v3: engine/protocol/older_versions.py) against a live cluster,
 bootstrapped at a broker, the way a Kafka user would point them: 3 controller processes + 2 broker
 processes on loopback.
 
@@ -32,8 +32,8 @@ from kio.schema.create_topics.v7 import response as ct_resp
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32
 
-from kraftlog.engine.server import cli
-from kraftlog.engine.server.raftnode import RaftClient, _ClientConnection
+from kraftlog.engine.cli import main as cli
+from kraftlog.engine.node.raftnode import RaftClient, _ClientConnection
 from kraftlog.raft import wire
 from tests.test_node_controller import CLUSTER_ID, NodeCluster, _ask
 
@@ -52,7 +52,7 @@ class AdminCluster(NodeCluster):
 
     def command(self, i: int, listen_fd: int) -> list[str]:
         roles = ["--process-roles", "broker"] if i in BROKERS else []
-        return [sys.executable, "-m", "kraftlog.engine.server.cli", "node", "run", "--node-id", str(i),
+        return [sys.executable, "-m", "kraftlog.engine.cli.main", "node", "run", "--node-id", str(i),
                 "--controller-quorum-voters", self.voters_arg, "--dir", self.dir_of(i), "--listen-fd", str(listen_fd),
                 "--election-timeout-ms", "300", "--fetch-timeout-ms", "600", "--request-timeout-ms", "400",
                 "--fetch-max-wait-ms", "200", "--session-timeout-ms", str(SESSION_TIMEOUT_MS),
@@ -209,7 +209,7 @@ def test_forwarding_with_no_controller_reachable_times_out_with_a_reason(cluster
             async def registered():
                 md = await _ask(conn, 3, 12, _metadata_request(), _metadata_response(), 5)
                 return {int(b.node_id) for b in md.brokers} == set(BROKERS)
-            from kraftlog.engine.server.localcluster import wait_until
+            from kraftlog.engine.node.localcluster import wait_until
             await wait_until(registered, 20, "both brokers registered")
             for c in (1, 2, 3):
                 os.kill(cluster.procs[c].pid, signal.SIGSTOP)
@@ -241,7 +241,7 @@ def _metadata_request():
 
 
 def _metadata_response():
-    from kraftlog.engine.server.metadata_answer import EpochMetadataResponse
+    from kraftlog.engine.broker.metadata_answer import EpochMetadataResponse
     return EpochMetadataResponse
 
 

@@ -9,8 +9,8 @@ import logging
 import os
 
 from kraftlog.engine.log.log import CLEAN_SHUTDOWN_NAME, Log
-from kraftlog.engine.server.raftlog import RAFT_LOG_CONFIG
-from kraftlog.engine.server.raftnode import RaftNode
+from kraftlog.engine.node.raftlog import RAFT_LOG_CONFIG
+from kraftlog.engine.node.raftnode import RaftNode
 
 
 def _log_with_three_batches(directory) -> None:

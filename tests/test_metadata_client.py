@@ -43,13 +43,12 @@ from test_node_controller import (
     _until,
 )
 
-from kraftlog.engine.image.image import MetadataImage, Provenance
-from kraftlog.engine.server.metadata_answer import (
+from kraftlog.engine.broker.metadata_answer import (
     NO_EPOCH,
     EpochMetadataResponse,
     answer_metadata,
 )
-from kraftlog.engine.server.metadata_client import (
+from kraftlog.engine.client.metadata_client import (
     InvalidInternalMetadataError,
     LeaderNotAvailableError,
     MetadataCache,
@@ -63,7 +62,8 @@ from kraftlog.engine.server.metadata_client import (
     is_stale,
     topic_from_answer,
 )
-from kraftlog.engine.server.raftnode import ClientError, _ClientConnection
+from kraftlog.engine.image.image import MetadataImage, Provenance
+from kraftlog.engine.node.raftnode import ClientError, _ClientConnection
 from kraftlog.errors import CorruptRecordError, KraftlogError
 from kraftlog.raft import wire
 

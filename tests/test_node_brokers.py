@@ -37,10 +37,10 @@ from kio.schema.metadata.v12 import request as md_req
 from kio.schema.metadata.v12 import response as md_resp
 from kio.static.primitive import i16, i32
 
-from kraftlog.engine.server import cli
-from kraftlog.engine.server.localcluster import wait_until as _until
-from kraftlog.engine.server.metadata_answer import EpochMetadataResponse
-from kraftlog.engine.server.raftnode import ClientError, _ClientConnection
+from kraftlog.engine.broker.metadata_answer import EpochMetadataResponse
+from kraftlog.engine.cli import main as cli
+from kraftlog.engine.node.localcluster import wait_until as _until
+from kraftlog.engine.node.raftnode import ClientError, _ClientConnection
 from kraftlog.errors import KraftlogError
 from tests.test_node_controller import CLUSTER_ID, NodeCluster, _ask
 
@@ -62,7 +62,7 @@ class BrokerCluster(NodeCluster):
         roles = ["--process-roles", "broker", "--rack", RACKS[i]] if i in BROKERS else ["--rack", RACKS[100 + i]]
         if i in (1, 101):
             roles += ["--metrics-port", "0"]
-        return [sys.executable, "-m", "kraftlog.engine.server.cli", "node", "run", "--node-id", str(i),
+        return [sys.executable, "-m", "kraftlog.engine.cli.main", "node", "run", "--node-id", str(i),
                 "--controller-quorum-voters", self.voters_arg, "--dir", self.dir_of(i), "--listen-fd", str(listen_fd),
                 "--election-timeout-ms", "300", "--fetch-timeout-ms", "600", "--request-timeout-ms", "400",
                 "--fetch-max-wait-ms", "200", "--session-timeout-ms", str(SESSION_TIMEOUT_MS),
@@ -155,7 +155,7 @@ def test_brokers_pull_metadata_restart_from_snapshots_and_get_fenced(cluster):
             # `quorum describe --bootstrap-server <a broker>`: the broker forwards DescribeQuorum to
             # the active controller; the brokers are the observers
             h, p = cluster.addresses[102]
-            out = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "kraftlog.engine.server.cli",
+            out = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "kraftlog.engine.cli.main",
                                                            "quorum", "describe", "--status", "--bootstrap-server",
                                                            f"{h}:{p}"], capture_output=True, text=True, timeout=60)
             assert out.returncode == 0, out.stderr
@@ -262,7 +262,7 @@ def test_brokers_pull_metadata_restart_from_snapshots_and_get_fenced(cluster):
         cluster.procs.pop(i).err_file.close()
     # the tool reads a node directory whose log starts past 0 from the node's LMDB snapshot + log
     for i in (1, 101, 103):
-        out = subprocess.run([sys.executable, "-m", "kraftlog.engine.server.cli", "image", "show", "--json",
+        out = subprocess.run([sys.executable, "-m", "kraftlog.engine.cli.main", "image", "show", "--json",
                               cluster.dir_of(i)], capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         assert "which this image does not include" not in out.stderr
@@ -313,7 +313,7 @@ def test_config_file_with_kafka_names_starts_a_single_node(tmp_path):
     config.write_text(f"# single node\nnode.id=1\nprocess.roles=broker,controller\n"
                       f"controller.quorum.voters=1@127.0.0.1:{port}\nlog.dirs={d}\n"
                       f"listeners=PLAINTEXT://127.0.0.1:{port}\nbroker.heartbeat.interval.ms=200\n")
-    proc = subprocess.Popen([sys.executable, "-m", "kraftlog.engine.server.cli", "node", "run", "--config",
+    proc = subprocess.Popen([sys.executable, "-m", "kraftlog.engine.cli.main", "node", "run", "--config",
                              str(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert proc.stdout.readline().startswith(b"READY node=1 port=%d" % port)
@@ -342,7 +342,7 @@ def test_config_file_with_kafka_names_starts_a_single_node(tmp_path):
 
     missing = tmp_path / "missing.properties"
     missing.write_text("node.id=1\n")
-    r = subprocess.run([sys.executable, "-m", "kraftlog.engine.server.cli", "node", "run", "--config", str(missing)],
+    r = subprocess.run([sys.executable, "-m", "kraftlog.engine.cli.main", "node", "run", "--config", str(missing)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert r.stderr.strip().count("\n") == 0 and "--controller-quorum-voters is required" in r.stderr
@@ -354,8 +354,8 @@ def test_active_controller_killed_mid_write_and_a_client_facing_lagging_brokers(
     broker afterwards (no committed record lost). Then brokers lag on purpose (SIGSTOP/SIGCONT in
     bursts) while topics are created and a MetadataClient refreshes from all of them: every answer
     it applies is at least as new as its cache, topic by topic and partition by partition."""
-    from kraftlog.engine.server.metadata_client import MetadataClient
-    from kraftlog.engine.server.raftnode import RaftClient
+    from kraftlog.engine.client.metadata_client import MetadataClient
+    from kraftlog.engine.node.raftnode import RaftClient
 
     election_timeout_ms = 300  # BrokerCluster's --election-timeout-ms
 

@@ -35,12 +35,12 @@ from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import request as md_req
 from kio.static.primitive import i16, i32, i64, u16
 
+from kraftlog.engine.broker.metadata_answer import EpochMetadataResponse
+from kraftlog.engine.cli import main as cli
+from kraftlog.engine.controller.controller import place_replicas, rack_interleaved
 from kraftlog.engine.image.image import BrokerRegistration
-from kraftlog.engine.server import cli
-from kraftlog.engine.server.controller import place_replicas, rack_interleaved
-from kraftlog.engine.server.localcluster import LocalCluster, wait_until
-from kraftlog.engine.server.metadata_answer import EpochMetadataResponse
-from kraftlog.engine.server.raftnode import ClientError, _ClientConnection
+from kraftlog.engine.node.localcluster import LocalCluster, wait_until
+from kraftlog.engine.node.raftnode import ClientError, _ClientConnection
 
 pytestmark = pytest.mark.slow
 
@@ -51,12 +51,12 @@ RACKS = {101: "rack-a", 102: "rack-b", 103: "rack-c"}
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kraftlog.engine.server.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "kraftlog.engine.cli.main", *args], capture_output=True,
                           text=True, timeout=60)
 
 
 class NodeCluster(LocalCluster):
-    """Three `kraftlog node run` controller processes (see kraftlog.engine.server.localcluster)."""
+    """Three `kraftlog node run` controller processes (see kraftlog.engine.node.localcluster)."""
 
     def format(self) -> None:
         for i in self.socks:
@@ -64,7 +64,7 @@ class NodeCluster(LocalCluster):
                              "--dir", self.dir_of(i)]) == 0
 
     def command(self, i: int, listen_fd: int) -> list[str]:
-        return [sys.executable, "-m", "kraftlog.engine.server.cli", "node", "run", "--node-id", str(i),
+        return [sys.executable, "-m", "kraftlog.engine.cli.main", "node", "run", "--node-id", str(i),
                 "--controller-quorum-voters", self.voters_arg, "--dir", self.dir_of(i), "--listen-fd", str(listen_fd),
                 "--election-timeout-ms", "300", "--fetch-timeout-ms", "600", "--request-timeout-ms", "400",
                 "--fetch-max-wait-ms", "200", "--session-timeout-ms", str(SESSION_TIMEOUT_MS)]

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from kraftlog.engine.server import cli
-from kraftlog.engine.server.localcluster import LocalCluster
+from kraftlog.engine.cli import main as cli
+from kraftlog.engine.node.localcluster import LocalCluster
 from tests.test_node_controller import CLUSTER_ID
 from tests.test_transport_hardening import pki  # noqa: F401 (the fixture: ca -> node1, node2, client; rogue)
 
@@ -33,7 +33,7 @@ class TlsCluster(LocalCluster):
 
     def command(self, i: int, listen_fd: int) -> list[str]:
         roles = ["--process-roles", "broker"] if i == BROKER else []
-        return [sys.executable, "-m", "kraftlog.engine.server.cli", "node", "run", "--node-id", str(i),
+        return [sys.executable, "-m", "kraftlog.engine.cli.main", "node", "run", "--node-id", str(i),
                 "--controller-quorum-voters", self.voters_arg, "--dir", self.dir_of(i), "--listen-fd", str(listen_fd),
                 "--election-timeout-ms", "300", "--fetch-timeout-ms", "600", "--request-timeout-ms", "400",
                 "--fetch-max-wait-ms", "200", "--heartbeat-interval-ms", "200",
@@ -41,7 +41,7 @@ class TlsCluster(LocalCluster):
 
 
 def _kraftlog(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kraftlog.engine.server.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "kraftlog.engine.cli.main", *args], capture_output=True,
                           text=True, timeout=60)
 
 

@@ -1,4 +1,4 @@
-"""Older API versions (engine/server/older_versions.py): requests read at version N become the
+"""Older API versions (engine/protocol/older_versions.py): requests read at version N become the
 served version's request, answers go back as version N, and what goes back is checked with
 decoders that are not ours (aiokafka's and kafka-python's protocol classes), at every version of
 each range."""
@@ -17,9 +17,8 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 from kio.static.primitive import i16, i32
 
-from kraftlog.engine.image.image import MetadataImage, Provenance
-from kraftlog.engine.server import older_versions
-from kraftlog.engine.server.controller import (
+from kraftlog.engine.broker.metadata_answer import answer_metadata
+from kraftlog.engine.controller.controller import (
     API_CREATE_PARTITIONS,
     API_CREATE_TOPICS,
     API_DELETE_TOPICS,
@@ -27,8 +26,9 @@ from kraftlog.engine.server.controller import (
     CONTROLLER_APIS,
     refusal,
 )
-from kraftlog.engine.server.metadata_answer import answer_metadata
-from kraftlog.engine.server.node import supported_api_versions
+from kraftlog.engine.image.image import MetadataImage, Provenance
+from kraftlog.engine.node.node import supported_api_versions
+from kraftlog.engine.protocol import older_versions
 
 
 def _encode(entity) -> bytes:

@@ -33,7 +33,8 @@ def test_wheel_holds_only_the_kraftlog_root(wheel: Path):
         assert any(n.startswith(f"kraftlog/{stem}.") and n.endswith(".so") for n in names), module
         assert f"kraftlog/{stem}.pyi" in names
     assert "kraftlog/py.typed" in names
-    for sub in ("engine", "raft", "bench", "engine/records", "engine/server"):
+    for sub in ("engine", "raft", "bench", "engine/records", "engine/controller", "engine/broker", "engine/node",
+                "engine/protocol", "engine/client", "engine/cli", "engine/cli/tools", "engine/cli/demo_parts"):
         assert f"kraftlog/{sub}/__init__.py" in names
     assert not any(n.endswith((".pyx", ".c")) for n in names)
 

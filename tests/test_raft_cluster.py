@@ -1,4 +1,4 @@
-"""Proves a real cluster works: three `python -m kraftlog.engine.server.raftnode` processes on
+"""Proves a real cluster works: three `python -m kraftlog.engine.node.raftnode` processes on
 loopback (ephemeral ports: the test binds port 0 and hands each node its listening socket)
 elect a leader, commit records proposed over Kafka's wire (Produce), describe the quorum per
 voter (DescribeQuorum), elect a new leader within a bound after the leader is SIGKILLed without
@@ -19,8 +19,8 @@ import time
 
 import pytest
 
-from kraftlog.engine.server.localcluster import LocalCluster, wait_until
-from kraftlog.engine.server.raftnode import RaftClient
+from kraftlog.engine.node.localcluster import LocalCluster, wait_until
+from kraftlog.engine.node.raftnode import RaftClient
 
 pytestmark = pytest.mark.slow
 
@@ -32,10 +32,10 @@ FAILOVER_BOUND_S = (FETCH_TIMEOUT_MS + 4 * ELECTION_TIMEOUT_MS) / 1000 + 2.0
 
 
 class ProcessCluster(LocalCluster):
-    """Three raftnode processes (see kraftlog.engine.server.localcluster)."""
+    """Three raftnode processes (see kraftlog.engine.node.localcluster)."""
 
     def command(self, i: int, listen_fd: int) -> list[str]:
-        return [sys.executable, "-m", "kraftlog.engine.server.raftnode", "--node-id", str(i), "--voters",
+        return [sys.executable, "-m", "kraftlog.engine.node.raftnode", "--node-id", str(i), "--voters",
                 self.voters_arg, "--dir", self.dir_of(i), "--listen-fd", str(listen_fd),
                 "--cluster-id", "test-cluster", "--election-timeout-ms", str(ELECTION_TIMEOUT_MS),
                 "--election-backoff-max-ms", "150", "--fetch-timeout-ms", str(FETCH_TIMEOUT_MS),

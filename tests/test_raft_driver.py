@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from raft_sim.storage import MemLog
 
+from kraftlog.engine.node.raftlog import EngineRaftLog, FileSnapshotStore
+from kraftlog.engine.node.raftnode import RaftClient, RaftNode
 from kraftlog.engine.records import batch as batch_codec
-from kraftlog.engine.server.raftlog import EngineRaftLog, FileSnapshotStore
-from kraftlog.engine.server.raftnode import RaftClient, RaftNode
 from kraftlog.errors import CorruptRecordError
 from kraftlog.raft.aio.driver import DriverConfig
 from kraftlog.raft.aio.quorum_file import QuorumStateFile
@@ -88,7 +88,7 @@ def test_a_follower_append_larger_than_one_log_append_is_taken_whole(tmp_path):
     """A Fetch answer may carry more batches than one engine-log append takes
     (max_batches_per_append): the adapter appends all of them, in order, and reads them back."""
     from kraftlog.engine.log.log import LogConfig
-    from kraftlog.engine.server.raftlog import RAFT_LOG_CONFIG
+    from kraftlog.engine.node.raftlog import RAFT_LOG_CONFIG
 
     config = LogConfig(**{**RAFT_LOG_CONFIG.__dict__, "max_batches_per_append": 7})
     log = EngineRaftLog(tmp_path / "log", FileSnapshotStore(tmp_path / "snapshots"), config)

@@ -133,7 +133,7 @@ def run_cli(argv: list[str]) -> int:
     """`kraftlog spark ...` through its own parser (the group is wired into cli.COMMANDS by the lead)."""
     import argparse
 
-    from kraftlog.engine.server import spark_cmd
+    from kraftlog.engine.cli import spark_cmd
 
     parser = argparse.ArgumentParser(prog="kraftlog spark")
     spark_cmd.register(parser)
@@ -144,7 +144,7 @@ def run_cli(argv: list[str]) -> int:
 def test_cli_replay_writes_parquet_and_names_bad_paths(spark, fleet, tmp_path, capsys):
     """The CLI writes the replay tables and prints their row counts; a missing path is one typed
     error naming it. (The history subcommand runs the same write_history as the test above.)"""
-    from kraftlog.engine.server.spark_cmd import SparkJobError
+    from kraftlog.engine.cli.spark_cmd import SparkJobError
 
     root, logs = fleet
     assert run_cli(["replay", str(root / "alpha"), "--out", str(tmp_path / "r"), "--master", "local[2]"]) == 0

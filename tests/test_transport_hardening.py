@@ -48,9 +48,10 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import Records
 
-from kraftlog.engine.server import cli, tls
-from kraftlog.engine.server.localcluster import LocalCluster
-from kraftlog.engine.server.raftnode import ClientError, RaftClient, _ClientConnection
+from kraftlog.engine.cli import main as cli
+from kraftlog.engine.node import tls
+from kraftlog.engine.node.localcluster import LocalCluster
+from kraftlog.engine.node.raftnode import ClientError, RaftClient, _ClientConnection
 from kraftlog.raft import wire
 from kraftlog.raft.aio.transport import FrameConnection, RaftTransport, TransportConfig
 from kraftlog.raft.messages import Envelope, VoteRequest, VoteResponse
@@ -233,7 +234,7 @@ def test_unencodable_response_closes_only_its_connection(caplog):
 
 def _served_types() -> list[tuple[int, int, type, type]]:
     """(api key, version, kio request type, kio response type) of everything a node answers."""
-    from kraftlog.engine.server.node import NODE_CONTROLLER_APIS
+    from kraftlog.engine.node.node import NODE_CONTROLLER_APIS
 
     rows = {(a.key, a.version): (a.request, a.response) for a in wire.APIS.values()}
     rows[(wire.PRODUCE_API.key, wire.PRODUCE_API.version)] = (wire.PRODUCE_API.request, wire.PRODUCE_API.response)
@@ -375,7 +376,7 @@ def _with_trailing(frame: bytes, extra: bytes) -> bytes:
 
 class _OneNode(LocalCluster):
     def command(self, i: int, listen_fd: int) -> list[str]:
-        return [sys.executable, "-m", "kraftlog.engine.server.cli", "node", "run", "--node-id", str(i),
+        return [sys.executable, "-m", "kraftlog.engine.cli.main", "node", "run", "--node-id", str(i),
                 "--controller-quorum-voters", self.voters_arg, "--dir", self.dir_of(i), "--listen-fd", str(listen_fd)]
 
 
@@ -806,7 +807,7 @@ def test_three_raft_nodes_elect_and_commit_over_mutual_tls(pki, tmp_path):
     """The whole raft path over TLS: three RaftNodes on one loop, each listening with server_ssl
     and dialling with client_ssl, elect a leader; a RaftClient with a client certificate
     proposes through it; every node commits the same bytes. A client without TLS gets nothing."""
-    from kraftlog.engine.server.raftnode import RaftNode
+    from kraftlog.engine.node.raftnode import RaftNode
     from kraftlog.raft.core import RaftConfig
     from kraftlog.raft.state import Role
 

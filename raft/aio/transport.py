@@ -30,7 +30,7 @@ must have ``verify_mode = CERT_REQUIRED``) and ``client_ssl`` (for the outbound 
 peers). The listener accepts plain TCP and then upgrades with ``loop.start_tls``, so a failed
 handshake can be logged with the peer's address (asyncio's own TLS server drops it silently).
 This module takes ready contexts and nothing else: building them from files and flags is
-engine/server/tls.py's job.
+engine/node/tls.py's job.
 """
 
 from __future__ import annotations

@@ -1,0 +1,122 @@
+"""Kafka's Metadata request (v12) answered from a MetadataImage: the one answer every node role
+gives (a controller from what it has replayed, a broker from the image it pulled).
+
+Brokers listed are the live ones (registered, unfenced, not shutting down): a client must not be
+sent to a fenced broker. Partitions carry their leader epoch (KIP-232/KIP-320): a client compares
+it with what it has cached to refuse an answer older than one it already acted on.
+
+Per partition, as Kafka's KRaft brokers answer (KRaftMetadataCache.getPartitionMetadata): a leader
+that is not a registered broker (-1 included) gives LEADER_NOT_AVAILABLE with leader -1, which
+clients retry; offline_replicas lists the replicas whose broker is unregistered or fenced.
+
+ControllerId: a broker (or combined node) names a random live broker, as Kafka's brokers do since
+KIP-590: clients send their "controller" requests (CreateTopics, ...) to it and it forwards them
+to the active controller (engine/broker/forwarding.py). A controller-only node names the active
+controller (KIP-919's answer to a client that bootstraps to the controllers). ``controller_for``
+picks; the caller passes the answer to ``answer_metadata``.
+
+Two tagged fields of our own ride on the v12 answer (KIP-482: a reader skips tags it does not
+know, so Kafka clients read the answer unchanged)::
+
+    MetadataResponseTopic  tag 10000 (TOPIC_EPOCH_TAG)      int64  the topic's KIP-232 topic epoch:
+                           the offset of its last create or partition addition (omitted when -1)
+    MetadataResponse       tag 10001 (METADATA_OFFSET_TAG)  int64  the offset of the last record in
+                           the image that answered (omitted when -1): how recent this node is
+
+    tagged fields of a flexible struct, after its last regular field:
+        count uvarint, then per field in tag order: tag uvarint, size uvarint, value
+        (10000 = 0x90 0x4e as uvarint, size 8, int64 big-endian)
+
+kio writes tagged fields that a dataclass declares (field metadata ``tag``), so the two types
+below are kio's v12 types plus one declared field each: ``wire.frame_response`` encodes them as
+it encodes any kio body. kio's *reader* refuses tags its type does not declare (KeyError
+"Unknown tagged field tag"), so a kio reader of these answers must use ``EpochMetadataResponse``;
+kafka-python (and Kafka's Java client) skip them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import random
+
+from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v12 import response as kmetadata_resp
+from kio.static.primitive import i32, i64
+
+from kraftlog.engine.image.image import MetadataImage
+from kraftlog.engine.image.topics import TOPIC_EPOCH_TAG
+
+METADATA_OFFSET_TAG = 10_001
+NO_EPOCH = -1  # a tagged field left at its default is not written
+
+_NO_THROTTLE = datetime.timedelta(0)
+
+
+def _tagged_int64(tag: int) -> dataclasses.Field:
+    return dataclasses.field(default=i64(NO_EPOCH), metadata={"kafka_type": "int64", "tag": tag})
+
+
+# make_dataclass, not a class statement: kio reads each field's type object, and this module's
+# `from __future__ import annotations` would leave class-statement annotations as strings.
+EpochMetadataResponseTopic = dataclasses.make_dataclass(
+    "EpochMetadataResponseTopic", [("topic_epoch", i64, _tagged_int64(TOPIC_EPOCH_TAG))],
+    bases=(kmetadata_resp.MetadataResponseTopic,), frozen=True, slots=True, kw_only=True)
+EpochMetadataResponseTopic.__doc__ = "kio's v12 MetadataResponseTopic + the topic epoch (tag 10000)."
+EpochMetadataResponseTopic.__module__ = __name__
+
+# `topics` is re-declared with the new element type (it keeps its place among the fields)
+EpochMetadataResponse = dataclasses.make_dataclass(
+    "EpochMetadataResponse",
+    [("topics", tuple[EpochMetadataResponseTopic, ...], dataclasses.field()),
+     ("metadata_offset", i64, _tagged_int64(METADATA_OFFSET_TAG))],
+    bases=(kmetadata_resp.MetadataResponse,), frozen=True, slots=True, kw_only=True)
+EpochMetadataResponse.__doc__ = "kio's v12 MetadataResponse + the answering image's offset (tag 10001)."
+EpochMetadataResponse.__module__ = __name__
+
+
+def answer_metadata(image: MetadataImage, req, *, cluster_id: str | None,
+                    controller_id: int) -> kmetadata_resp.MetadataResponse:
+    """Brokers (live ones) and topics (all, or the ones named) with their partitions, topic epochs
+    and the image's offset (an ``EpochMetadataResponse``, a subclass of kio's)."""
+    topics = image.topics
+    names = sorted(topics.topic_names()) if req.topics is None else [t.name for t in req.topics]
+    out = []
+    registered = image.cluster.brokers
+    for name in names:
+        view = topics.topic(name) if name is not None else None
+        if view is None:
+            out.append(EpochMetadataResponseTopic(
+                error_code=ErrorCode.unknown_topic_or_partition, name=name, topic_id=None, partitions=()))
+            continue
+        parts = tuple(_partition(p, registered)
+                      for p in sorted(topics.partitions_of(name), key=lambda p: p.partition_id))
+        out.append(EpochMetadataResponseTopic(error_code=ErrorCode.none, name=name, topic_id=view.topic_id,
+                                              partitions=parts, topic_epoch=i64(view.topic_epoch)))
+    brokers = tuple(kmetadata_resp.MetadataResponseBroker(
+        node_id=i32(b.broker_id), host=b.endpoints[0].host if b.endpoints else "",
+        port=i32(b.endpoints[0].port if b.endpoints else 0), rack=b.rack)
+        for b in image.cluster.live_brokers())
+    return EpochMetadataResponse(throttle_time=_NO_THROTTLE, brokers=brokers, cluster_id=cluster_id,
+                                 controller_id=i32(controller_id), topics=tuple(out),
+                                 metadata_offset=i64(image.provenance.offset))
+
+
+def _partition(p, registered) -> kmetadata_resp.MetadataResponsePartition:
+    has_leader = p.leader in registered
+    offline = tuple(i32(r) for r in p.replicas if r not in registered or registered[r].fenced)
+    return kmetadata_resp.MetadataResponsePartition(
+        error_code=ErrorCode.none if has_leader else ErrorCode.leader_not_available,
+        partition_index=i32(p.partition_id), leader_id=i32(p.leader if has_leader else -1),
+        leader_epoch=i32(p.leader_epoch), replica_nodes=tuple(i32(r) for r in p.replicas),
+        isr_nodes=tuple(i32(r) for r in p.isr), offline_replicas=offline)
+
+
+def controller_for(image: MetadataImage, *, answering_broker: bool, active_controller: int,
+                   rng: random.Random | None = None) -> int:
+    """The ControllerId of a Metadata answer (see the module docstring): a random live broker
+    (-1 when there is none) when a broker answers, else the active controller."""
+    if not answering_broker:
+        return active_controller
+    live = image.cluster.live_brokers()
+    return (rng or random).choice(live).broker_id if live else -1

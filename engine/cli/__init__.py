@@ -1,0 +1,1 @@
+"""The `kraftlog` command: tools, demo, bench, spark and node commands."""

@@ -1,0 +1,70 @@
+"""The `kraftlog` command line: one entry point, subcommand groups shaped like Kafka's tools.
+
+Each group lives in its own module and registers itself in COMMANDS; the parser imports a group's
+module only when that group runs, so `kraftlog --version` and `--help` stay fast. Every operating
+error ends as one line on stderr and a non-zero exit; `--debug` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from kraftlog import __version__
+from kraftlog.errors import KraftlogError
+
+# group name -> (module that defines `register(subparsers)`, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("kraftlog.engine.cli.demo", "run the guided tour of kraftlog on this machine"),
+    "bench": ("kraftlog.engine.cli.bench_cmd", "run the benchmarks beside their peers and write a report"),
+    "log": ("kraftlog.engine.cli.tools.log_cmd", "dump, verify and repair log segments (kafka-dump-log)"),
+    "image": ("kraftlog.engine.cli.tools.image_cmd", "show or browse the metadata image (kafka-metadata-shell)"),
+    "snapshot": ("kraftlog.engine.cli.tools.snapshot_cmd", "list, dump, export and import the snapshots of a node's store"),
+    "storage": ("kraftlog.engine.cli.tools.storage_cmd", "random-uuid, format and info (kafka-storage)"),
+    "quorum": ("kraftlog.engine.cli.tools.quorum_cmd", "describe a live metadata quorum (kafka-metadata-quorum)"),
+    "features": ("kraftlog.engine.cli.tools.features_cmd", "describe, upgrade, downgrade metadata.version (kafka-features)"),
+    "spark": ("kraftlog.engine.cli.spark_cmd", "replay and analyse metadata logs (one cluster or a fleet) on Apache Spark"),
+    "gen": ("kraftlog.engine.cli.tools.gen_cmd", "write the reference metadata workload as a log directory"),
+    "node": ("kraftlog.engine.cli.node_cmd", "run a KRaft controller node (kraftlog node run)"),
+}
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kraftlog",
+        description="kraftlog: an embeddable, Kafka-compatible cluster metadata log.",
+        epilog="Example: kraftlog demo",
+    )
+    parser.add_argument("--version", action="version", version=f"kraftlog {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        group = sub.add_parser(name, help=help_text, description=help_text)
+        group.set_defaults(_module=module)
+        importlib.import_module(module).register(group)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.run(args) or EXIT_OK)
+    except KraftlogError as exc:
+        if args.debug:
+            raise
+        print(f"kraftlog {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print(f"kraftlog {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""`kraftlog node run`: run one KRaft node (controller, broker, or both) in the foreground.
+
+The heavy imports (raft, the image, kio) happen only when the command runs, so `kraftlog --help`
+stays fast. See engine/node/node.py for the roles, the directory layout and the APIs a node serves.
+
+Settings come from flags, or from ``--config FILE``: a Java properties file with Kafka's names
+(below); a flag given on the command line wins over the file.
+
+    node.id=1
+    process.roles=broker,controller
+    controller.quorum.voters=1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095
+    log.dirs=/var/lib/kraftlog/n1          (the first directory is used)
+    listeners=PLAINTEXT://127.0.0.1:9093   (the first listener's host:port)
+    broker.rack=rack-a
+    broker.session.timeout.ms=9000
+    broker.heartbeat.interval.ms=2000
+    metadata.log.max.record.bytes.between.snapshots=20971520
+    metadata.log.max.snapshot.interval.ms=3600000
+    socket.request.max.bytes=104857600
+
+TLS (``--tls-cert/--tls-key/--tls-ca``, engine/node/tls.py): the listener requires client
+certificates signed by the CA, and the node presents its own certificate to the other nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from kraftlog.engine.cli.tools.common import ToolError, add_command, add_commands
+from kraftlog.engine.node import tls
+
+_EXAMPLE = ("example: kraftlog node run --node-id 1 --controller-quorum-voters "
+            "1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095 --dir /tmp/n1")
+
+# properties key -> (argparse dest, converter)
+_PROPERTIES = {
+    "node.id": ("node_id", int),
+    "process.roles": ("process_roles", str),
+    "controller.quorum.voters": ("controller_quorum_voters", str),
+    "log.dirs": ("dir", lambda v: v.split(",")[0].strip()),
+    "listeners": ("listen", lambda v: v.split(",")[0].strip().split("://", 1)[-1]),
+    "broker.rack": ("rack", str),
+    "cluster.id": ("cluster_id", str),
+    "broker.session.timeout.ms": ("session_timeout_ms", int),
+    "broker.heartbeat.interval.ms": ("heartbeat_interval_ms", int),
+    "metadata.log.max.record.bytes.between.snapshots": ("snapshot_max_new_bytes", int),
+    "metadata.log.max.snapshot.interval.ms": ("snapshot_interval_ms", int),
+    "socket.request.max.bytes": ("max_frame_bytes", int),
+}
+_DEFAULTS = {"election_timeout_ms": 1000, "fetch_timeout_ms": 2000, "request_timeout_ms": 2000,
+             "fetch_max_wait_ms": 500, "session_timeout_ms": 9000, "heartbeat_interval_ms": 2000,
+             "snapshot_max_new_bytes": 20 << 20, "snapshot_interval_ms": 3_600_000, "log_level": "INFO",
+             "max_frame_bytes": 100 << 20}
+_REQUIRED = {"node_id": "--node-id", "controller_quorum_voters": "--controller-quorum-voters", "dir": "--dir"}
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    sub = add_commands(parser, "node_command")
+    parser.epilog = _EXAMPLE
+    run = add_command(sub, "run", "run a node (controller, broker or both) until SIGTERM; needs a directory "
+                      "formatted by kraftlog storage format", _EXAMPLE, run_node)
+    run.add_argument("--config", default=None, metavar="FILE",
+                     help="a properties file with Kafka's setting names (flags win over it)")
+    run.add_argument("--node-id", type=int, default=None, metavar="N", help="this node's id")
+    run.add_argument("--process-roles", default=None, metavar="ROLES",
+                     help="controller, broker or broker,controller (default: both for a one-voter quorum of "
+                          "this node, controller for a voter, broker otherwise)")
+    run.add_argument("--controller-quorum-voters", default=None, metavar="ID@HOST:PORT,...",
+                     help="every controller: id@host:port, comma separated")
+    run.add_argument("--dir", default=None, metavar="DIR", help="the formatted node directory")
+    run.add_argument("--cluster-id", default=None, metavar="ID",
+                     help="refuse to start unless meta.properties holds this cluster id")
+    where = run.add_mutually_exclusive_group()
+    where.add_argument("--listen", default=None, metavar="HOST:PORT",
+                       help="where to listen (default: this node's voter address; a broker 127.0.0.1:0)")
+    where.add_argument("--listen-fd", type=int, default=None, metavar="FD",
+                       help="an inherited, bound and listening socket (tests use ephemeral ports this way)")
+    run.add_argument("--rack", default=None, help="this node's rack (broker.rack): places replicas on brokers, and lets a "
+                     "broker fetch the metadata log from a voter of its own rack (KIP-392)")
+    for flag, what in (("--election-timeout-ms", None), ("--fetch-timeout-ms", None), ("--request-timeout-ms", None),
+                       ("--fetch-max-wait-ms", None),
+                       ("--session-timeout-ms", "a broker without a heartbeat for this long is fenced "
+                                                "(broker.session.timeout.ms)"),
+                       ("--heartbeat-interval-ms", "how often a broker heartbeats (broker.heartbeat.interval.ms)"),
+                       ("--snapshot-max-new-bytes", "write a snapshot after this many bytes of new log"),
+                       ("--snapshot-interval-ms", "... or after this long with new log")):
+        run.add_argument(flag, type=int, default=None, help=what)
+    run.add_argument("--max-metadata-version", default=None, metavar="V",
+                     help="advertise metadata.version support only up to V (a name like 3.9-IV0 or a level): "
+                          "plays a node of an older release, e.g. to test upgrade/downgrade checks")
+    run.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                     help="serve Prometheus metrics at http://<listen host>:PORT/metrics (0: any free port, "
+                          "logged at start); off when not given")
+    run.add_argument("--max-frame-bytes", type=int, default=None, metavar="N",
+                     help="refuse (close the connection of) a request frame above this size "
+                          "(socket.request.max.bytes; default 100 MiB)")
+    tls.add_tls_arguments(run)
+    run.add_argument("--log-level", default=None)
+
+
+def resolve(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill what the flags left unset from ``--config`` and the defaults; ToolError names a
+    missing setting or a bad line."""
+    if args.config is not None:
+        for key, value in _read_properties(args.config).items():
+            dest, convert = _PROPERTIES.get(key, (None, None))
+            if dest is None or getattr(args, dest) is not None:
+                continue
+            if dest == "listen" and args.listen_fd is not None:
+                continue
+            try:
+                setattr(args, dest, convert(value))
+            except ValueError:
+                raise ToolError(f"{args.config}: {key}={value!r} is not valid") from None
+    for dest, value in _DEFAULTS.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, value)
+    if args.max_metadata_version is not None:
+        from kraftlog.engine.image import versions
+
+        args.max_metadata_version = versions.parse(args.max_metadata_version)
+    for dest, flag in _REQUIRED.items():
+        if getattr(args, dest) is None:
+            raise ToolError(f"{flag} is required (or its setting in --config)")
+    return args
+
+
+def _read_properties(path: str) -> dict[str, str]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as exc:
+        raise ToolError(f"--config {path}: {exc.strerror}") from None
+    out = {}
+    for number, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text or text[0] in "#!":
+            continue
+        key, sep, value = text.partition("=")
+        if not sep:
+            raise ToolError(f"{path}:{number}: {text!r} is not key=value")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def run_node(args: argparse.Namespace) -> int:
+    import asyncio
+    import faulthandler
+    import logging
+    import signal
+    import sys
+
+    from kraftlog.engine.node.node import serve
+
+    args = resolve(args)
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` dumps every thread's stack to stderr
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format=f"%(asctime)s node{args.node_id} %(name)s %(levelname)s %(message)s")
+    return asyncio.run(serve(args))

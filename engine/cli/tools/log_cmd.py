@@ -1,0 +1,110 @@
+"""`kraftlog log`: dump, verify, repair (Kafka's kafka-dump-log, plus a checker and a repair).
+
+verify and repair read a log directory without Log.open (which would repair on its own): see
+segments.py. repair changes the directory only with --truncate-at-first-corruption (required)
+and keeps a backup of everything it cuts (repair.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from kraftlog.engine.cli.tools.common import (
+    REPAIR_HINT,
+    CorruptLogError,
+    ToolError,
+    add_command,
+    add_commands,
+    add_quiet,
+    pipe_safe,
+    resolve_log_dir,
+    show_progress,
+)
+
+DUMP_EXAMPLE = """examples:
+  kraftlog log dump /tmp/meta/00000000000000000000.log
+  kraftlog log dump --json /tmp/meta/00000000000000000000.log | jq 'select(.kind == "record")'
+  kraftlog log dump /tmp/meta/00000000000000120000-0000000001.checkpoint"""
+VERIFY_EXAMPLE = "example: kraftlog log verify /tmp/meta"
+REPAIR_EXAMPLE = """example: kraftlog log repair /tmp/meta --truncate-at-first-corruption
+
+Stop every node that uses the log first. Everything cut is kept in DIR/repair-backup-<time>/."""
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    sub = add_commands(parser, "log_command")
+    parser.epilog = "example: kraftlog log verify /tmp/meta"
+    dump = add_command(sub, "dump", "print the batches and records of segment, snapshot and index files "
+                       "(kafka-dump-log --cluster-metadata-decoder)", DUMP_EXAMPLE, pipe_safe(run_dump))
+    dump.add_argument("files", nargs="+", metavar="FILE",
+                      help=".log segments, .checkpoint snapshots, .index / .timeindex files")
+    dump.add_argument("--json", action="store_true", help="one JSON object per line instead of Kafka's text")
+    dump.add_argument("--batches-only", action="store_true", help="batch lines only (Kafka's shallow iteration)")
+    dump.add_argument("--max-bytes", type=int, default=None, metavar="N",
+                      help="read at most N bytes of each file (whole batches only)")
+
+    verify = add_command(sub, "verify", "check a log directory: every CRC, offsets continuous across segments, "
+                         "indexes against the log; exit 1 at the first problem", VERIFY_EXAMPLE, pipe_safe(run_verify))
+    verify.add_argument("dir", metavar="DIR", help="the log directory (or a node's directory holding "
+                        "__cluster_metadata-0)")
+    add_quiet(verify)
+
+    repair = add_command(sub, "repair", "cut a log directory at its first corruption, keeping a backup of what "
+                         "is cut", REPAIR_EXAMPLE, pipe_safe(run_repair))
+    repair.add_argument("dir", metavar="DIR", help="the log directory")
+    repair.add_argument("--truncate-at-first-corruption", action="store_true", required=True,
+                        help="required: the only repair there is (everything after the first problem is cut)")
+    repair.add_argument("--dry-run", action="store_true", help="say what would be cut, change nothing (exit 1 if "
+                        "something would be)")
+
+
+def run_dump(args: argparse.Namespace) -> int:
+    from kraftlog.engine.cli.tools.dump import dump_files
+
+    if args.max_bytes is not None and args.max_bytes < 0:
+        raise ToolError(f"--max-bytes must be >= 0, got {args.max_bytes}")
+    dump_files(args.files, json_lines=args.json, batches_only=args.batches_only, max_bytes=args.max_bytes)
+    return 0
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from kraftlog.engine.cli.tools import segments
+    from kraftlog.engine.cli.tools.progress import ProgressBar
+
+    directory = resolve_log_dir(args.dir)
+    bases = segments.segment_bases(directory)
+    total = sum(os.path.getsize(os.path.join(directory, f"{b:020d}.log")) for b in bases)
+    print(f"Verifying {directory}: {len(bases)} segment(s), {total:,} bytes")
+    with ProgressBar(show_progress(args), "verifying", total=max(1, total)) as bar:
+        done = [0]
+
+        def on_segment(seg) -> None:
+            done[0] += seg.file_size
+            bar.update(done[0], os.path.basename(seg.path))
+            last = f"{seg.base_offset}..{seg.next_offset - 1}" if seg.batch_count else f"{seg.base_offset} (empty)"
+            print(f"  {os.path.basename(seg.path)}: {seg.batch_count:,} batches, {seg.records:,} records, "
+                  f"offsets {last}, {seg.file_size:,} bytes")
+
+        scan = segments.scan_log_dir(directory, on_segment=on_segment)
+    for note in scan.notes:
+        print(f"  note: {note}")
+    problem = scan.problem
+    if problem is not None:
+        if problem.torn_tail:
+            hint = (f"the next open of the log truncates it (a crash's torn write), or cut it now with: "
+                    f"{REPAIR_HINT.format(dir=args.dir)}")
+        else:
+            hint = f"to cut the log there (keeping a backup) run: {REPAIR_HINT.format(dir=args.dir)}"
+        raise CorruptLogError(problem.path, problem.position, problem.reason, hint)
+    records = scan.records
+    print(f"OK: {len(scan.segments)} segment(s), offsets {scan.start_offset}..{scan.end_offset - 1}, {records:,} "
+          f"records, {scan.size_bytes:,} bytes: every CRC valid, offsets continuous, indexes consistent")
+    return 0
+
+
+def run_repair(args: argparse.Namespace) -> int:
+    from kraftlog.engine.cli.tools.repair import repair
+
+    directory = resolve_log_dir(args.dir)
+    return repair(directory, dry_run=args.dry_run, say=print)

@@ -1,0 +1,1 @@
+"""What a program uses to talk to a cluster (MetadataClient)."""

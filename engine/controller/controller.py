@@ -1,0 +1,1126 @@
+"""The KRaft controller: a live MetadataImage folded from what Raft commits, and the active
+controller's request handlers, which turn requests into metadata records written through Raft.
+
+Two parts, both driven from one asyncio loop (the node's, engine/node/node.py):
+
+    ImagePublisher   the Raft listener of every controller. Each committed batch's raw bytes go
+                     through Loader.replay (control batches are skipped by the decoder), so every
+                     controller, active or standby, holds the image of the committed log. It
+                     resolves waiters once the image reaches an offset (``wait_applied``).
+    Controller       the request handlers (kio values in, kio values out). Reads answer from the
+                     image; writes run only on the *active* controller (the Raft leader, once the
+                     core has told it that it leads: by then every record before its epoch is in the
+                     image) and get NOT_CONTROLLER anywhere else.
+
+Writes are serialised by one lock: a handler validates against the image, proposes its records as
+ONE proposal (the driver never splits a proposal across batches, so a topic and its partitions
+commit together or not at all), then waits until the image has replayed them before the next
+handler validates. So validation always sees every earlier write, without a second, uncommitted
+copy of the state (Kafka keeps one to pipeline writes; one commit round per write is enough here).
+
+Broker liveness (Kafka's BrokerHeartbeatManager, simplified): the active controller keeps a session
+deadline per broker (``session_timeout_ms`` after its last heartbeat; every registered broker gets a
+fresh one when a controller becomes active). A heartbeat moves the broker through Kafka's states
+(FENCED, UNFENCED, CONTROLLED_SHUTDOWN, SHUTDOWN_NOW; see ``_next_state``): a fenced broker that
+does not ask to be fenced and has caught up to its registration is unfenced (the unfencing record,
+then leaders for offline partitions it can lead); want_fence fences it (its leaderships and ISR
+places go first, the fencing record last); want_shut_down starts a controlled shutdown
+(BrokerRegistrationChangeRecord InControlledShutdown, leaderships moved away) and answers
+should_shut_down once it leads nothing and every active broker has seen that. A periodic check
+(every ``fence_check_interval_ms``) fences, one broker per write as Kafka does, an unfenced broker
+whose deadline passed. Broker epochs are the log end offset when the registration is written
+(Kafka uses the registration record's offset; with the write lock held the two are equal unless a
+raw Produce races in), so "caught up" means the broker's metadata offset reached its epoch.
+
+Partition changes (elections, ISR changes) are computed by replication.py from the image's
+columns. They are not atomic in Kafka (ControllerResult.of): a long list is split into proposals
+of at most ``max_records_per_batch`` records (and the driver's max_batch_bytes), in order, so the
+record that fences a broker commits last. Fencing and unfencing records are what Kafka writes:
+BrokerRegistrationChangeRecord (Fenced 1 / -1) from metadata.version 3.3-IV2, Fence/
+UnfenceBrokerRecord before.
+
+Bootstrap: an active controller whose image has no metadata.version writes
+FeatureLevelRecord(metadata.version = the latest level) before anything else, as KRaft does when
+it finds no bootstrap snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import random
+import re
+import time
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from kio.schema.alter_partition.v3 import request as kalter_req
+from kio.schema.alter_partition.v3 import response as kalter_resp
+from kio.schema.broker_heartbeat.v1 import request as kheartbeat_req
+from kio.schema.broker_heartbeat.v1 import response as kheartbeat_resp
+from kio.schema.broker_registration.v4 import request as kregister_req
+from kio.schema.broker_registration.v4 import response as kregister_resp
+from kio.schema.create_partitions.v3 import request as kpartitions_req
+from kio.schema.create_partitions.v3 import response as kpartitions_resp
+from kio.schema.create_topics.v7 import request as kcreate_req
+from kio.schema.create_topics.v7 import response as kcreate_resp
+from kio.schema.delete_topics.v6 import request as kdelete_req
+from kio.schema.delete_topics.v6 import response as kdelete_resp
+from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v12 import request as kmetadata_req
+from kio.schema.metadata.v12 import response as kmetadata_resp
+from kio.static.primitive import i8, i16, i32, i64
+
+from kraftlog.engine.controller import records_fast, replication
+from kraftlog.engine.image import versions
+from kraftlog.engine.image.image import (
+    CONTROLLED_SHUTDOWN_IN,
+    FENCING_FENCE,
+    FENCING_UNFENCE,
+    METADATA_VERSION,
+    MetadataImage,
+)
+from kraftlog.engine.image.loader import Loader
+from kraftlog.engine.image.loader import decode as loader_decode
+from kraftlog.engine.image.topics import NO_LEADER_CHANGE
+from kraftlog.engine.records import metadata as codec
+from kraftlog.raft.state import Role
+from kraftlog.raft.types import NO_ID, NotLeaderError
+
+log = logging.getLogger("kraftlog.controller")
+
+API_METADATA, API_CREATE_TOPICS, API_BROKER_REGISTRATION, API_BROKER_HEARTBEAT = 3, 19, 62, 63
+API_DELETE_TOPICS, API_CREATE_PARTITIONS, API_ALTER_PARTITION = 20, 37, 56
+API_FEATURE_LEVEL = codec.RECORD_TYPES["FeatureLevelRecord"].api_key  # a metadata record, not an RPC
+
+# api key -> (version, kio request type, kio response type): the one version each is served at
+CONTROLLER_APIS: dict[int, tuple[int, type, type]] = {
+    API_METADATA: (12, kmetadata_req.MetadataRequest, kmetadata_resp.MetadataResponse),
+    API_CREATE_TOPICS: (7, kcreate_req.CreateTopicsRequest, kcreate_resp.CreateTopicsResponse),
+    API_BROKER_REGISTRATION: (4, kregister_req.BrokerRegistrationRequest, kregister_resp.BrokerRegistrationResponse),
+    API_BROKER_HEARTBEAT: (1, kheartbeat_req.BrokerHeartbeatRequest, kheartbeat_resp.BrokerHeartbeatResponse),
+    API_DELETE_TOPICS: (6, kdelete_req.DeleteTopicsRequest, kdelete_resp.DeleteTopicsResponse),
+    API_CREATE_PARTITIONS: (3, kpartitions_req.CreatePartitionsRequest, kpartitions_resp.CreatePartitionsResponse),
+    API_ALTER_PARTITION: (3, kalter_req.AlterPartitionRequest, kalter_resp.AlterPartitionResponse),
+}
+
+TOPIC_RESOURCE_TYPE = 2  # ConfigResource.Type.TOPIC
+MAX_TOPIC_NAME_CHARS = 249  # Kafka's Topic.MAX_NAME_LENGTH
+_LEGAL_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+_ZERO_UUID = uuid.UUID(int=0)  # Kafka's Uuid.ZERO_UUID: "no topic id" in requests
+_NO_THROTTLE = datetime.timedelta(0)
+BROKER_REGISTRATION_CHANGE = versions.LEVELS["3.3-IV2"]  # Kafka fences/unfences with this record from here
+
+# Kafka's BrokerControlState: where a heartbeat takes a broker (see Controller._next_state)
+FENCED, UNFENCED, CONTROLLED_SHUTDOWN, SHUTDOWN_NOW = "fenced", "unfenced", "controlled_shutdown", "shutdown_now"
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+# ---- the image publisher ------------------------------------------------------------------------
+
+
+class ImagePublisher:
+    """The Raft listener: committed batches -> Loader -> the current MetadataImage.
+
+    ``image`` is replaced (never edited) on every commit, so a handler that reads it once sees one
+    consistent state. ``leader`` is the latest (leader id, epoch) the core announced.
+    """
+
+    def __init__(self, *, on_leader_change=None):
+        # skip_errors: a record every controller fails to apply the same way is skipped the same
+        # way everywhere (counted in the manifest) instead of crash-looping the quorum
+        self.loader = Loader(skip_errors=True, publishers=[self._published])
+        self.next_offset = 0  # every committed record below this is in ``image``
+        self.leader: tuple[int, int] = (NO_ID, -1)
+        self.skipped_records = 0
+        self._waiters: list[tuple[int, asyncio.Future]] = []
+        self._on_leader_change = on_leader_change
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.loader.image
+
+    def _published(self, delta, image, manifest) -> None:
+        if manifest.skipped_records:
+            self.skipped_records += manifest.skipped_records
+            log.warning("skipped %d metadata records that could not be applied: %s", manifest.skipped_records,
+                        manifest.skipped[:3])
+
+    def handle_load_snapshot(self, snapshot_id, snapshots) -> None:
+        size = snapshots.size(snapshot_id)
+        data = snapshots.read_chunk(snapshot_id, 0, size)
+        self.loader.load_snapshot(data, end_offset=snapshot_id.offset, epoch=snapshot_id.epoch)
+        self._advance(snapshot_id.offset)
+
+    def handle_commit(self, batch) -> None:
+        self.loader.replay(batch.raw)  # a WireBatch read back from the log: its stored bytes
+        self._advance(batch.next_offset)
+
+    def handle_commits(self, batches) -> None:
+        """A run of committed batches (raft/ready.py): one decode, one delta, one new image. A
+        replay has a fixed cost (~1 ms: delta, apply, publish) that a restarted or far-behind node
+        would otherwise pay per batch, on its Raft loop. A batch that changes a feature level is
+        applied on its own, between bulk replays of the batches around it: a lowered
+        metadata.version reloads the image before the next record (SnapshottingPublisher)."""
+        raw = b"".join(b.raw for b in batches)
+        columns = loader_decode(raw)
+        levels = columns.offsets[columns.api_keys == API_FEATURE_LEVEL]
+        if not len(levels):
+            self._replay_run(batches, columns, len(raw))
+            return
+        bases = np.fromiter((b.base_offset for b in batches), dtype=np.int64, count=len(batches))
+        start = 0
+        for k in np.unique(np.searchsorted(bases, levels, side="right") - 1).tolist():
+            self._replay_batches(batches[start:k])
+            self.handle_commit(batches[k])
+            start = k + 1
+        self._replay_batches(batches[start:])
+
+    def _replay_batches(self, batches) -> None:
+        if batches:
+            raw = b"".join(b.raw for b in batches)
+            self._replay_run(batches, loader_decode(raw), len(raw))
+
+    def _replay_run(self, batches, columns, size_bytes: int) -> None:
+        self.loader.replay_decoded(columns)
+        self._advance(batches[-1].next_offset)
+        self._applied_in_bulk(size_bytes)
+
+    def _applied_in_bulk(self, size_bytes: int) -> None:
+        """After handle_commits applied ``size_bytes`` of batches at once (a hook)."""
+
+    def handle_leader_change(self, leader_id: int, epoch: int) -> None:
+        self.leader = (leader_id, epoch)
+        log.info("leader is now %d in epoch %d", leader_id, epoch)
+        if self._on_leader_change is not None:
+            self._on_leader_change(leader_id, epoch)
+
+    def _advance(self, next_offset: int) -> None:
+        self.next_offset = next_offset
+        if self._waiters:
+            keep = []
+            for offset, future in self._waiters:
+                if offset < next_offset:
+                    if not future.done():
+                        future.set_result(None)
+                else:
+                    keep.append((offset, future))
+            self._waiters = keep
+
+    async def wait_applied(self, offset: int) -> None:
+        """Return once the record at ``offset`` is in the image."""
+        if offset < self.next_offset:
+            return
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.append((offset, future))
+        await future
+
+
+# ---- replica placement ----------------------------------------------------------------------------
+
+
+def rack_interleaved(brokers: Sequence) -> list[int]:
+    """Broker ids ordered so that neighbours sit on different racks where possible: racks in name
+    order, taking one broker from each in turn (brokers without a rack form one group)."""
+    by_rack: dict[str, list[int]] = {}
+    for b in sorted(brokers, key=lambda b: b.broker_id):
+        by_rack.setdefault(b.rack or "", []).append(b.broker_id)
+    groups = [by_rack[r] for r in sorted(by_rack)]
+    out: list[int] = []
+    for i in range(max((len(g) for g in groups), default=0)):
+        out.extend(g[i] for g in groups if i < len(g))
+    return out
+
+
+def place_replicas(order: Sequence[int], partitions: int, replication_factor: int, start: int) -> list[list[int]]:
+    """Round-robin over ``order`` (rack-interleaved): partition p takes ``replication_factor``
+    consecutive brokers from position start + p, so leaders (the first replica) spread evenly and
+    with balanced racks every replica of a partition sits on a different rack."""
+    n = len(order)
+    if not 0 < replication_factor <= n:
+        raise ValueError(f"replication factor {replication_factor} with {n} brokers")
+    return [[order[(start + p + k) % n] for k in range(replication_factor)] for p in range(partitions)]
+
+
+def place_replicas_many(order: Sequence[int], partitions: Sequence[int], starts: Sequence[int],
+                        replication_factor: int) -> np.ndarray:
+    """place_replicas for several topics at once: int32 [sum(partitions), replication_factor], the
+    rows of topic k (``partitions[k]`` of them, placed from ``starts[k]``) after those of topic k - 1."""
+    n = len(order)
+    if not 0 < replication_factor <= n:
+        raise ValueError(f"replication factor {replication_factor} with {n} brokers")
+    counts = np.asarray(partitions, dtype=np.int64)
+    first = np.cumsum(counts) - counts
+    position = np.repeat(np.asarray(starts, dtype=np.int64) - first, counts) + np.arange(int(counts.sum()))
+    return np.asarray(order, dtype=np.int32)[(position[:, None] + np.arange(replication_factor)) % n]
+
+
+def topic_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a legal topic name (Kafka's Topic.validate), or None."""
+    if not name:
+        return "the topic name is empty"
+    if name in (".", ".."):
+        return f"topic name cannot be {name!r}"
+    if len(name) > MAX_TOPIC_NAME_CHARS:
+        return f"topic name is {len(name)} characters, above the maximum {MAX_TOPIC_NAME_CHARS}"
+    if not _LEGAL_TOPIC_NAME.match(name):
+        return f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_' and '-'"
+    return None
+
+
+# ---- the controller --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    session_timeout_ms: int = 9000  # Kafka's broker.session.timeout.ms
+    fence_check_interval_ms: int = 250  # how often the active controller looks for expired sessions
+    default_partitions: int = 1  # num.partitions, for CreateTopics with NumPartitions -1
+    default_replication_factor: int = 1  # default.replication.factor, for ReplicationFactor -1
+    max_partitions_per_topic: int = 100_000  # a bound on one topic's records in one proposal
+    write_timeout_ms: int = 10_000  # a write not committed within this answers REQUEST_TIMED_OUT
+    max_records_per_batch: int = 10_000  # Kafka's controller maxRecordsPerBatch: non-atomic writes split here
+    default_min_isr: int = 1  # min.insync.replicas for topics without their own (ELR decisions)
+    # New replicas' directories by Kafka's defaultDir (a broker's single log dir, else UNASSIGNED;
+    # records_fast.default_directory), as Kafka's controller writes them from 3.7-IV2; False writes
+    # MIGRATING everywhere (what Kafka writes below 3.7-IV2, and what brokers accept at any level).
+    # The loader replays PartitionRecords with directories in bulk (decoder columns), so this costs
+    # CreateTopics little.
+    assign_default_directories: bool = True
+
+
+@dataclass(frozen=True)
+class _NewTopic:
+    """A CreateTopics item that passed validation: what its records and its answer need."""
+
+    topic: object  # the request's CreatableTopic
+    topic_id: uuid.UUID
+    partitions: int
+    rf: int
+    start: int  # where its placement starts in the rack-interleaved broker order
+    result_index: int  # its place among the answer's results
+
+
+class _NotActive(Exception):
+    """This controller is not (or no longer) the active one."""
+
+
+class _Refused(Exception):
+    """A request item refused with a Kafka error code (the rest of the request goes on)."""
+
+    def __init__(self, code: ErrorCode, message: str):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+class Controller:
+    """Request handlers over an ImagePublisher and a RaftDriver (``propose``) of one node."""
+
+    def __init__(self, node_id: int, cluster_id: str | None, driver, publisher: ImagePublisher,
+                 config: ControllerConfig | None = None, *, rng: random.Random | None = None):
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.driver = driver
+        self.publisher = publisher
+        self.config = config or ControllerConfig()
+        self.rng = rng or random.Random()
+        self._lock = asyncio.Lock()
+        self._create_queue: list[tuple[object, asyncio.Future]] = []  # CreateTopics waiting for the lock
+        self._sessions: dict[int, int] = {}  # broker id -> session deadline (monotonic ms)
+        self._metadata_offsets: dict[int, int] = {}  # broker id -> metadata offset of its last heartbeat
+        # broker id -> the offset its controlled shutdown completes at (Kafka's controlledShutdownOffset;
+        # kept in memory only, as Kafka's heartbeat manager does: a new active controller starts without)
+        self._shutdown_offsets: dict[int, int] = {}
+        self._active_epoch = -1  # the Raft epoch this controller became active in, else -1
+        self._fence_task: asyncio.Task | None = None
+        self.writes = 0
+
+    # -- activity -------------------------------------------------------------------------------
+
+    @property
+    def is_active(self) -> bool:
+        core = self.driver.core
+        return core.role is Role.LEADER and self.publisher.leader == (self.node_id, core.epoch)
+
+    @property
+    def controller_id(self) -> int:
+        """Who this node believes is the active controller (the Raft leader it last heard of)."""
+        return self.publisher.leader[0]
+
+    def on_leader_change(self, leader_id: int, epoch: int) -> None:
+        """The publisher's hook: becoming active starts every broker's session afresh, writes the
+        bootstrap records if needed, and starts the session check."""
+        if leader_id != self.node_id:
+            self._active_epoch = -1
+            return
+        self._active_epoch = epoch
+        deadline = _now_ms() + self.config.session_timeout_ms
+        self._sessions = {b: deadline for b in self.publisher.image.cluster.brokers}
+        self._metadata_offsets, self._shutdown_offsets = {}, {}
+        loop = asyncio.get_running_loop()
+        loop.create_task(self._bootstrap())
+        if self._fence_task is None or self._fence_task.done():
+            self._fence_task = loop.create_task(self._fence_loop())
+
+    async def close(self) -> None:
+        if self._fence_task is not None:
+            self._fence_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._fence_task
+
+    async def _bootstrap(self) -> None:
+        try:
+            async with self._lock:
+                await self._ensure_bootstrapped()
+        except (_NotActive, TimeoutError) as exc:
+            log.info("bootstrap write not done (%s); the next write retries it", type(exc).__name__)
+
+    async def _ensure_bootstrapped(self) -> None:
+        """Write metadata.version first if the image has none (call with the lock held): every
+        write handler calls this, so no record is written before the level that decides its version."""
+        if not self.publisher.image.features.metadata_version:
+            await self._write([codec.encode_record("FeatureLevelRecord", 0, {
+                "Name": METADATA_VERSION, "FeatureLevel": versions.LATEST})])
+            log.info("bootstrapped metadata.version %s", versions.name(versions.LATEST))
+
+    async def _fence_loop(self) -> None:
+        interval_s = self.config.fence_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            if not self.is_active:
+                if self._active_epoch < 0:
+                    return
+                continue
+            try:
+                await self._fence_expired()
+            except (_NotActive, TimeoutError) as exc:
+                log.info("fencing check not written (%s)", type(exc).__name__)
+
+    async def _fence_expired(self) -> None:
+        now = _now_ms()
+        brokers = self.publisher.image.cluster.brokers
+        expired = [b.broker_id for b in brokers.values()
+                   if not b.fenced and self._sessions.get(b.broker_id, now) < now]
+        if not expired:
+            return
+        async with self._lock:
+            # One broker per write, as Kafka's maybeFenceOneStaleBroker: each fencing's elections
+            # see the brokers fenced before it.
+            for broker_id in expired:
+                current = self.publisher.image.cluster.brokers.get(broker_id)
+                if current is None or current.fenced or self._sessions.get(broker_id, now) >= _now_ms():
+                    continue
+                records = self._fence_records(current)
+                log.info("fencing broker %d: its session expired (%d partition change(s))", broker_id,
+                         len(records) - 1)
+                await self._write_many(records)
+                self._shutdown_offsets.pop(broker_id, None)
+
+    async def _write(self, records: list[bytes]) -> int:
+        """Propose ``records`` as one proposal (call with the lock held); return once they are in
+        the image. Returns the offset of the first record."""
+        base, _ = await self._write_proposals([records])
+        return base
+
+    async def _write_many(self, records: list[bytes]) -> int:
+        """Write ``records`` in order, split into proposals of at most ``max_records_per_batch``
+        records and the driver's max_batch_bytes (Kafka's non-atomic appendRecords): all are
+        proposed at once, in order, and this returns once the last is in the image. Returns the
+        offset of the last record (with nothing to write: the last offset in the image)."""
+        if not records:
+            return self.publisher.next_offset - 1
+        driver_config = getattr(self.driver, "config", None)
+        max_records = min(self.config.max_records_per_batch,
+                          getattr(driver_config, "max_batch_records", self.config.max_records_per_batch))
+        max_bytes = getattr(driver_config, "max_batch_bytes", 1 << 62)
+        chunks, chunk, size = [], [], 0
+        for value in records:
+            if chunk and (len(chunk) >= max_records or size + len(value) > max_bytes):
+                chunks.append(chunk)
+                chunk, size = [], 0
+            chunk.append(value)
+            size += len(value)
+        if chunk:
+            chunks.append(chunk)
+        _, last = await self._write_proposals(chunks)
+        return last
+
+    async def _write_proposals(self, proposals: list[list[bytes]]) -> tuple[int, int]:
+        """Propose each list as one proposal, in order (call with the lock held); return (first
+        offset, last offset) once all are in the image."""
+        if not self.is_active:
+            raise _NotActive()
+        try:
+            futures = [self.driver.propose(records) for records in proposals]
+        except NotLeaderError:
+            raise _NotActive() from None
+        try:
+            done = await asyncio.wait_for(asyncio.gather(*futures), self.config.write_timeout_ms / 1000)
+        except NotLeaderError:
+            raise _NotActive() from None
+        await self.publisher.wait_applied(done[-1][1])
+        self.writes += len(proposals)
+        return done[0][0], done[-1][1]
+
+    # -- partition changes of broker events -------------------------------------------------------
+
+    def _fence_records(self, broker) -> list[bytes]:
+        """Kafka's handleBrokerFenced: the broker's leaderships and ISR places go, then the
+        fencing record (last: a reader never sees the broker fenced while still leading)."""
+        image = self.publisher.image
+        changes = replication.fence_changes(image, broker.broker_id, default_min_isr=self.config.default_min_isr)
+        return replication.encode_changes(changes) + [_fencing_record(image, broker, fence=True)]
+
+    def _unfence_records(self, broker) -> list[bytes]:
+        """Kafka's handleBrokerUnfenced: the unfencing record first, then offline partitions elect
+        a leader (the broker counting as live). Leaders never move back otherwise."""
+        image = self.publisher.image
+        changes = replication.unfence_changes(image, broker.broker_id, default_min_isr=self.config.default_min_isr)
+        return [_fencing_record(image, broker, fence=False)] + replication.encode_changes(changes)
+
+    def _controlled_shutdown_records(self, broker) -> list[bytes]:
+        """Kafka's handleBrokerInControlledShutdown: BrokerRegistrationChangeRecord
+        InControlledShutdown=1 (from 3.3-IV3; Kafka writes it at version 1), then the broker leaves
+        every leadership and every ISR it shares with others."""
+        image = self.publisher.image
+        out = []
+        level = image.features.metadata_version or versions.LATEST
+        if level >= versions.IN_CONTROLLED_SHUTDOWN and not broker.in_controlled_shutdown:
+            out.append(codec.encode_record("BrokerRegistrationChangeRecord", 1, {
+                "BrokerId": broker.broker_id, "BrokerEpoch": broker.epoch,
+                "InControlledShutdown": CONTROLLED_SHUTDOWN_IN}))
+        changes = replication.fence_changes(image, broker.broker_id, default_min_isr=self.config.default_min_isr)
+        return out + replication.encode_changes(changes)
+
+    # -- CreateTopics -------------------------------------------------------------------------------
+
+    async def create_topics(self, req: kcreate_req.CreateTopicsRequest) -> kcreate_resp.CreateTopicsResponse:
+        """CreateTopics, group-committed: requests that arrive while a write is in flight queue up,
+        and whoever takes the lock next plans every queued request (in arrival order, each seeing
+        the topics of the ones before it) and proposes them together, one proposal per request (so
+        each request still commits atomically), then answers them all."""
+        if not self.is_active:
+            return refusal(API_CREATE_TOPICS, req, ErrorCode.not_controller, "not the active controller")
+        answer = asyncio.get_running_loop().create_future()
+        self._create_queue.append((req, answer))
+        async with self._lock:
+            if not answer.done():
+                batch, self._create_queue = self._create_queue, []
+                await self._create_topics_batch(batch)
+        return answer.result()
+
+    async def _create_topics_batch(self, batch: list[tuple[object, asyncio.Future]]) -> None:
+        """Plan, write and answer the queued CreateTopics requests (call with the lock held)."""
+        try:
+            await self._ensure_bootstrapped()
+            image = self.publisher.image
+            order = rack_interleaved(image.cluster.live_brokers())
+            taken: set[str] = set()  # names planned by earlier requests of this batch
+            plans = [self._plan_create(req, image, order, taken) for req, _ in batch]
+            proposals = [_topic_records(planned, order, image, self.config.assign_default_directories)
+                         for (req, _), (_, planned) in zip(batch, plans, strict=True)
+                         if planned and not req.validate_only]
+            if proposals:
+                await self._write_proposals(proposals)
+        except (_NotActive, TimeoutError) as exc:
+            code, why = ((ErrorCode.not_controller, "lost leadership before the topics were committed")
+                         if isinstance(exc, _NotActive) else
+                         (ErrorCode.request_timed_out, "the topics were not committed in time"))
+            for req, answer in batch:
+                answer.set_result(refusal(API_CREATE_TOPICS, req, code, why))
+            return
+        except Exception as exc:  # a bug: every queued request fails with it (and its connection closes)
+            for _, answer in batch:
+                answer.set_exception(exc)
+            return
+        for (_, answer), (results, _) in zip(batch, plans, strict=True):
+            answer.set_result(_create_response(results))
+
+    def _plan_create(self, req, image: MetadataImage, order: list[int], taken: set[str]):
+        """(the answer's results, the topics to write) of one CreateTopics request; a name already
+        in ``taken`` counts as existing, and the request's new names are added to it."""
+        counts = Counter(t.name for t in req.topics)
+        results, planned = [], []
+        for t in req.topics:
+            error = self._topic_error(t, counts, image, len(order))
+            if error is None and t.name in taken:
+                error = ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists."
+            if error is not None:
+                results.append(_topic_result(t.name, *error))
+                continue
+            partitions = t.num_partitions if t.num_partitions != -1 else self.config.default_partitions
+            rf = t.replication_factor if t.replication_factor != -1 else self.config.default_replication_factor
+            topic_id = uuid.uuid4()
+            planned.append(_NewTopic(t, topic_id, partitions, rf, self.rng.randrange(len(order)), len(results)))
+            results.append(kcreate_resp.CreatableTopicResult(
+                name=t.name, topic_id=topic_id, error_code=ErrorCode.none, error_message=None,
+                num_partitions=i32(partitions), replication_factor=i16(rf), configs=()))
+        if not req.validate_only:
+            taken.update(p.topic.name for p in planned)
+        return results, planned
+
+    def _topic_error(self, t, counts: dict[str, int], image: MetadataImage,
+                     live_brokers: int) -> tuple[ErrorCode, str] | None:
+        problem = topic_name_problem(t.name)
+        if problem is not None:
+            return ErrorCode.invalid_topic_exception, problem
+        if counts[t.name] > 1:
+            return ErrorCode.invalid_request, f"topic {t.name!r} appears {counts[t.name]} times in the request"
+        if image.topics.topic(t.name) is not None:
+            return ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists."
+        if t.assignments:
+            return ErrorCode.invalid_request, "manual replica assignments are not supported yet"
+        partitions = t.num_partitions if t.num_partitions != -1 else self.config.default_partitions
+        if not 0 < partitions <= self.config.max_partitions_per_topic:
+            return ErrorCode.invalid_partitions, (f"number of partitions {t.num_partitions} is not in "
+                                                  f"1..{self.config.max_partitions_per_topic} (or -1 for the default)")
+        rf = t.replication_factor if t.replication_factor != -1 else self.config.default_replication_factor
+        if rf <= 0:
+            return ErrorCode.invalid_replication_factor, f"replication factor must be above 0 (or -1), got {rf}"
+        if rf > live_brokers:
+            return ErrorCode.invalid_replication_factor, (
+                f"Unable to replicate the partition {rf} time(s): the target replication factor of {rf} cannot be "
+                f"reached because only {live_brokers} broker(s) are registered and unfenced.")
+        return None
+
+    # -- BrokerRegistration -------------------------------------------------------------------------
+
+    async def register_broker(self, req) -> kregister_resp.BrokerRegistrationResponse:
+        if not self.is_active:
+            return _register_response(ErrorCode.not_controller)
+        if self.cluster_id is not None and req.cluster_id != self.cluster_id:
+            return _register_response(ErrorCode.inconsistent_cluster_id)
+        async with self._lock:
+            try:
+                await self._ensure_bootstrapped()
+            except _NotActive:
+                return _register_response(ErrorCode.not_controller)
+            except TimeoutError:
+                return _register_response(ErrorCode.request_timed_out)
+            image = self.publisher.image
+            level = image.features.metadata_version
+            wanted = {f.name: (f.min_supported_version, f.max_supported_version) for f in req.features}
+            low, high = wanted.get(METADATA_VERSION, (0, 0))
+            if level and not low <= level <= high:
+                return _register_response(ErrorCode.unsupported_version)
+            current = image.cluster.brokers.get(req.broker_id)
+            now = _now_ms()
+            if current is not None and current.incarnation_id != req.incarnation_id \
+                    and self._sessions.get(req.broker_id, 0) >= now and not current.fenced:
+                return _register_response(ErrorCode.duplicate_broker_registration)
+            # a new epoch above every earlier one: the log end offset (see the module docstring)
+            epoch = max(self.driver.log.end_offset(), (current.epoch + 1) if current else 0)
+            record = codec.encode_record("RegisterBrokerRecord", versions.register_broker_record_version(level), {
+                "BrokerId": req.broker_id, "IncarnationId": req.incarnation_id, "BrokerEpoch": epoch,
+                "EndPoints": [{"Name": li.name, "Host": li.host, "Port": li.port,
+                               "SecurityProtocol": li.security_protocol} for li in req.listeners],
+                "Features": [{"Name": f.name, "MinSupportedVersion": f.min_supported_version,
+                              "MaxSupportedVersion": f.max_supported_version} for f in req.features],
+                "Rack": req.rack, "Fenced": True, "InControlledShutdown": False,
+                "LogDirs": list(req.log_dirs)}, allow_loss=True)
+            try:
+                await self._write([record])
+            except _NotActive:
+                return _register_response(ErrorCode.not_controller)
+            except TimeoutError:
+                return _register_response(ErrorCode.request_timed_out)
+            self._sessions[req.broker_id] = _now_ms() + self.config.session_timeout_ms
+            self._shutdown_offsets.pop(req.broker_id, None)  # a new incarnation starts afresh
+            return _register_response(ErrorCode.none, epoch)
+
+    # -- BrokerHeartbeat ----------------------------------------------------------------------------
+
+    async def heartbeat(self, req) -> kheartbeat_resp.BrokerHeartbeatResponse:
+        """Kafka's processBrokerHeartbeat: the broker's next state (``_next_state``), the records
+        of the transition if it changes, and the answer (is_fenced / should_shut_down of the next
+        state; is_caught_up: its metadata offset reached its registration)."""
+        if not self.is_active:
+            return _heartbeat_response(ErrorCode.not_controller)
+        current = self.publisher.image.cluster.brokers.get(req.broker_id)
+        if current is None:
+            return _heartbeat_response(ErrorCode.broker_id_not_registered)
+        if current.epoch != req.broker_epoch:
+            return _heartbeat_response(ErrorCode.stale_broker_epoch)
+        self._sessions[req.broker_id] = _now_ms() + self.config.session_timeout_ms
+        self._metadata_offsets[req.broker_id] = req.current_metadata_offset
+        caught_up = req.current_metadata_offset >= current.epoch
+        state, following = self._next_state(current, req)
+        if state != following:
+            async with self._lock:
+                current = self.publisher.image.cluster.brokers.get(req.broker_id)
+                if current is None or current.epoch != req.broker_epoch:
+                    return _heartbeat_response(ErrorCode.stale_broker_epoch)
+                state, following = self._next_state(current, req)
+                if state != following:
+                    try:
+                        await self._transition(current, following)
+                    except _NotActive:
+                        return _heartbeat_response(ErrorCode.not_controller)
+                    except TimeoutError:
+                        return _heartbeat_response(ErrorCode.request_timed_out)
+        return _heartbeat_response(ErrorCode.none, caught_up=caught_up, fenced=following in (FENCED, SHUTDOWN_NOW),
+                                   shut_down=following == SHUTDOWN_NOW)
+
+    def _next_state(self, broker, req) -> tuple[str, str]:
+        """(current, next) state: Kafka's BrokerHeartbeatManager.calculateNextBrokerState.
+
+        FENCED               want_shut_down -> SHUTDOWN_NOW; caught up and not want_fence -> UNFENCED
+        UNFENCED             want_fence -> FENCED (SHUTDOWN_NOW with want_shut_down);
+                             want_shut_down -> CONTROLLED_SHUTDOWN if it leads partitions, else SHUTDOWN_NOW
+        CONTROLLED_SHUTDOWN  SHUTDOWN_NOW once it leads nothing and every active broker's metadata
+                             offset reached the shutdown offset (they all know where leaders went)
+        """
+        bid = broker.broker_id
+        if broker.fenced:
+            state = FENCED
+        elif bid in self._shutdown_offsets:
+            state = CONTROLLED_SHUTDOWN
+        else:
+            state = UNFENCED
+        if state == FENCED:
+            if req.want_shut_down:
+                return state, SHUTDOWN_NOW
+            if not req.want_fence and req.current_metadata_offset >= broker.epoch:
+                return state, UNFENCED
+            return state, FENCED
+        if state == UNFENCED:
+            if req.want_fence:
+                return state, SHUTDOWN_NOW if req.want_shut_down else FENCED
+            if req.want_shut_down:
+                leads = replication.leads_any(self.publisher.image.topics, bid)
+                return state, CONTROLLED_SHUTDOWN if leads else SHUTDOWN_NOW
+            return state, UNFENCED
+        if replication.leads_any(self.publisher.image.topics, bid):
+            return state, CONTROLLED_SHUTDOWN
+        if self._shutdown_offsets[bid] <= self._lowest_active_offset():
+            return state, SHUTDOWN_NOW
+        return state, CONTROLLED_SHUTDOWN
+
+    def _lowest_active_offset(self) -> int:
+        """The lowest metadata offset active brokers (unfenced, not shutting down) reported; a
+        broker that has not reported since this controller became active counts as -1."""
+        offsets = [self._metadata_offsets.get(b, -1) for b, reg in self.publisher.image.cluster.brokers.items()
+                   if not reg.fenced and not reg.in_controlled_shutdown and b not in self._shutdown_offsets]
+        return min(offsets, default=1 << 63)
+
+    async def _transition(self, broker, following: str) -> None:
+        """Write the records that take ``broker`` to state ``following`` (call with the lock held)."""
+        bid = broker.broker_id
+        if following == UNFENCED:
+            await self._write_many(self._unfence_records(broker))
+        elif following == CONTROLLED_SHUTDOWN:
+            last = await self._write_many(self._controlled_shutdown_records(broker))
+            self._shutdown_offsets.setdefault(bid, last)
+            log.info("broker %d is in controlled shutdown; done at offset %d", bid, self._shutdown_offsets[bid])
+        elif broker.fenced:  # SHUTDOWN_NOW of a fenced broker: Kafka fences it again, a no-op here
+            self._shutdown_offsets.pop(bid, None)
+        else:  # FENCED, SHUTDOWN_NOW
+            records = self._fence_records(broker)
+            log.info("fencing broker %d (%s; %d partition change(s))", bid, following, len(records) - 1)
+            await self._write_many(records)
+            self._shutdown_offsets.pop(bid, None)
+
+    # -- DeleteTopics ---------------------------------------------------------------------------------
+
+    async def delete_topics(self, req) -> kdelete_resp.DeleteTopicsResponse:
+        return await self._per_topic_write(API_DELETE_TOPICS, req, self._delete_topics_locked, "deletions")
+
+    async def _per_topic_write(self, api_key: int, req, locked, what: str):
+        """``locked(req)`` under the write lock, once bootstrapped; when this node is not (or stops
+        being) the active controller, or the write does not commit in time, every topic of the
+        request is answered NOT_CONTROLLER / REQUEST_TIMED_OUT (``what``: the request's writes)."""
+        if not self.is_active:
+            return refusal(api_key, req, ErrorCode.not_controller, "not the active controller")
+        async with self._lock:
+            try:
+                await self._ensure_bootstrapped()
+                return await locked(req)
+            except _NotActive:
+                code, why = ErrorCode.not_controller, f"lost leadership before the {what} were committed"
+            except TimeoutError:
+                code, why = ErrorCode.request_timed_out, f"the {what} were not committed in time"
+        return refusal(api_key, req, code, why)
+
+    async def _delete_topics_locked(self, req) -> kdelete_resp.DeleteTopicsResponse:
+        """Kafka's ControllerApis.deleteTopics + ReplicationControlManager.deleteTopics: one result
+        per distinct name or id, in request order; every deletion (a RemoveTopicRecord) in one
+        proposal. Ids are resolved before names, so a name whose id is also given is refused."""
+        topics = self.publisher.image.topics
+        slots: list = [None] * len(req.topics)
+        first: dict[tuple[str, object], int] = {}
+        repeated: set[tuple[str, object]] = set()
+        for i, t in enumerate(req.topics):
+            topic_id = _given_id(t.topic_id)
+            if t.name is None and topic_id is None:
+                slots[i] = _deleted(None, None, ErrorCode.invalid_request, "Neither topic name nor id were specified.")
+            elif t.name is not None and topic_id is not None:
+                slots[i] = _deleted(t.name, topic_id, ErrorCode.invalid_request,
+                                    "You may not specify both topic name and topic id.")
+            else:
+                key = ("id", topic_id) if topic_id is not None else ("name", t.name)
+                if key in first:
+                    repeated.add(key)
+                else:
+                    first[key] = i
+        doomed: dict[uuid.UUID, tuple[str, int]] = {}  # topic id -> (name, result slot)
+        for (kind, value), i in sorted(first.items(), key=lambda kv: kv[0][0] != "id"):  # ids first
+            if (kind, value) in repeated:
+                slots[i] = _deleted(value if kind == "name" else None, value if kind == "id" else None,
+                                    ErrorCode.invalid_request, f"Duplicate topic {kind}.")
+            elif kind == "id":
+                view = topics.topic_by_id(value)
+                if view is None:
+                    slots[i] = _deleted(None, value, ErrorCode.unknown_topic_id, "This server does not host this topic ID.")
+                else:
+                    doomed[value] = (view.name, i)
+            else:
+                view = topics.topic(value)
+                if view is None:
+                    slots[i] = _deleted(value, None, ErrorCode.unknown_topic_or_partition,
+                                        "This server does not host this topic-partition.")
+                elif view.topic_id in doomed:
+                    slots[i] = _deleted(value, view.topic_id, ErrorCode.invalid_request,
+                                        "The provided topic name maps to an ID that was already supplied.")
+                else:
+                    doomed[view.topic_id] = (value, i)
+        if doomed:
+            await self._write([codec.encode_record("RemoveTopicRecord", 0, {"TopicId": topic_id})
+                               for topic_id in doomed])
+            log.info("deleted %d topic(s)", len(doomed))
+        for topic_id, (name, i) in doomed.items():
+            slots[i] = _deleted(name, topic_id, ErrorCode.none, None)
+        return _delete_response([r for r in slots if r is not None])
+
+    # -- CreatePartitions -----------------------------------------------------------------------------
+
+    async def create_partitions(self, req) -> kpartitions_resp.CreatePartitionsResponse:
+        return await self._per_topic_write(API_CREATE_PARTITIONS, req, self._create_partitions_locked, "partitions")
+
+    async def _create_partitions_locked(self, req) -> kpartitions_resp.CreatePartitionsResponse:
+        """Kafka's ReplicationControlManager.createPartitions: increase only, the new partitions
+        placed like CreateTopics' (or as assigned) with the topic's replication factor, ISR = the
+        live replicas, leader = the first of them; all topics' records in one proposal."""
+        image = self.publisher.image
+        level = image.features.metadata_version or versions.LATEST
+        pr_version = versions.partition_record_version(level)
+        directories = _directory_lookup(image, level, self.config.assign_default_directories)
+        counts = Counter(t.name for t in req.topics)
+        results, records, done = [], [], set()
+        for t in req.topics:
+            if t.name in done:
+                continue
+            done.add(t.name)
+            if counts[t.name] > 1:
+                results.append(_partitions_result(t.name, ErrorCode.invalid_request, "Duplicate topic name."))
+                continue
+            try:
+                records.extend(self._new_partitions(t, image, pr_version, directories))
+            except _Refused as refusal:
+                results.append(_partitions_result(t.name, refusal.code, refusal.message))
+                continue
+            results.append(_partitions_result(t.name, ErrorCode.none, None))
+        if records and not req.validate_only:
+            await self._write(records)
+        return _partitions_response(results)
+
+    def _new_partitions(self, t, image: MetadataImage, pr_version: int, directories) -> list[bytes]:
+        """The PartitionRecords that take topic ``t.name`` to ``t.count`` partitions; _Refused
+        with Kafka's error otherwise."""
+        view = image.topics.topic(t.name)
+        if view is None:
+            raise _Refused(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
+        current = view.partition_count
+        if t.count == current:
+            raise _Refused(ErrorCode.invalid_partitions, f"Topic already has {current} partition(s).")
+        if t.count < current:
+            raise _Refused(ErrorCode.invalid_partitions, f"The topic {t.name} currently has {current} partition(s); "
+                                                         f"{t.count} would not be an increase.")
+        if t.count > self.config.max_partitions_per_topic:
+            raise _Refused(ErrorCode.invalid_partitions, f"{t.count} partitions is above the maximum "
+                                                         f"{self.config.max_partitions_per_topic} per topic")
+        additional = t.count - current
+        if t.assignments is not None and len(t.assignments) != additional:
+            raise _Refused(ErrorCode.invalid_replica_assignment, f"Attempted to add {additional} additional "
+                           f"partition(s), but only {len(t.assignments)} assignment(s) were specified.")
+        first = next((p for p in (image.topics.partition_by_id(view.topic_id, i) for i in range(current))
+                      if p is not None), None)
+        if first is None:
+            raise _Refused(ErrorCode.unknown_server_error, f"Invalid state: topic {t.name} appears to have no partitions.")
+        rf = len(first.replicas)
+        live = image.cluster.live_brokers()
+        isrs = None  # the ISR of each new partition: its live replicas (all of them when placed here)
+        if t.assignments is not None:
+            active = {b.broker_id for b in live}
+            assignment, isrs = [], np.full((additional, rf), -1, dtype=np.int32)
+            for i, a in enumerate(t.assignments):
+                replicas = [int(b) for b in a.broker_ids]
+                _check_manual_assignment(replicas, rf, image)
+                isr = [b for b in replicas if b in active]
+                if not isr:
+                    raise _Refused(ErrorCode.invalid_replica_assignment, "All brokers specified in the manual "
+                                   f"partition assignment for partition {current + i} are fenced or in controlled shutdown.")
+                assignment.append(replicas)
+                isrs[i, :len(isr)] = isr
+            assignment = np.array(assignment, dtype=np.int32).reshape(additional, rf)
+        else:
+            order = rack_interleaved(live)
+            if rf > len(order):
+                raise _Refused(ErrorCode.invalid_replication_factor, (
+                    f"Unable to replicate the partition {rf} time(s): the target replication factor of {rf} cannot be "
+                    f"reached because only {len(order)} broker(s) are registered and unfenced."))
+            assignment = place_replicas_many(order, [additional], [self.rng.randrange(len(order))], rf)
+        return records_fast.partition_values(
+            records_fast.topic_id_array([view.topic_id], [additional]),
+            np.arange(current, t.count, dtype=np.int32), assignment, pr_version, isr=isrs,
+            directories=None if directories is None else directories(assignment))
+
+    # -- AlterPartition -------------------------------------------------------------------------------
+
+    async def alter_partition(self, req) -> kalter_resp.AlterPartitionResponse:
+        if not self.is_active:
+            return _alter_response(ErrorCode.not_controller, ())
+        async with self._lock:
+            try:
+                await self._ensure_bootstrapped()
+                return await self._alter_partition_locked(req)
+            except _NotActive:
+                return _alter_response(ErrorCode.not_controller, ())
+            except TimeoutError:
+                return _alter_response(ErrorCode.request_timed_out, ())
+
+    async def _alter_partition_locked(self, req) -> kalter_resp.AlterPartitionResponse:
+        """Kafka's ReplicationControlManager.alterPartition (v3): the leader asks for a new ISR;
+        each partition is validated (``_alter_partition_error``), the change built as Kafka's
+        PartitionChangeBuilder would (the leader may move if it is shutting down), and answered
+        with the partition's state after the write."""
+        image = self.publisher.image
+        broker = image.cluster.brokers.get(req.broker_id)
+        if broker is None or broker.epoch != req.broker_epoch:
+            return _alter_response(ErrorCode.stale_broker_epoch, ())
+        rules = replication.rules_for(image, default_min_isr=self.config.default_min_isr)
+        out, changes, written = [], [], []
+        for t in req.topics:
+            topic_id = _given_id(t.topic_id)
+            parts: list = []
+            out.append((t.topic_id, parts))
+            if topic_id is None or image.topics.topic_by_id(topic_id) is None:
+                parts.extend(_altered_error(pd.partition_index, ErrorCode.unknown_topic_id) for pd in t.partitions)
+                continue
+            for pd in t.partitions:
+                part = image.topics.partition_by_id(topic_id, pd.partition_index)
+                error = _alter_partition_error(req.broker_id, part, pd, image)
+                if error is not None:
+                    parts.append(_altered_error(pd.partition_index, error))
+                    continue
+                change = replication.build_change(part, [int(b.broker_id) for b in pd.new_isr_with_epochs], rules,
+                                                  target_recovery_state=int(pd.leader_recovery_state))
+                if change is not None:
+                    changes.append(change)
+                written.append((parts, len(parts), topic_id, pd.partition_index, change))
+                parts.append(None)
+        if changes:
+            version = rules.record_version
+            await self._write_many([codec.encode_record("PartitionChangeRecord", version, c) for c in changes])
+        topics = self.publisher.image.topics
+        for parts, at, topic_id, index, change in written:
+            leader = change.get("Leader", NO_LEADER_CHANGE) if change is not None else NO_LEADER_CHANGE
+            if leader not in (NO_LEADER_CHANGE, req.broker_id):
+                parts[at] = _altered_error(index, ErrorCode.new_leader_elected)  # it must learn the new leader
+                continue
+            p = topics.partition_by_id(topic_id, index)
+            parts[at] = kalter_resp.PartitionData(
+                partition_index=i32(index), error_code=ErrorCode.none, leader_id=i32(p.leader),
+                leader_epoch=i32(p.leader_epoch), isr=tuple(i32(b) for b in p.isr),
+                leader_recovery_state=i8(p.leader_recovery_state), partition_epoch=i32(p.partition_epoch))
+        return _alter_response(ErrorCode.none, tuple(
+            kalter_resp.TopicData(topic_id=topic_id, partitions=tuple(parts)) for topic_id, parts in out))
+
+    # -- the request table ----------------------------------------------------------------------------
+
+    def write_handlers(self) -> dict:
+        """api key -> coroutine function(kio request) -> kio response: the requests that may write
+        (the transport runs them as tasks and answers in request order)."""
+        return {API_CREATE_TOPICS: self.create_topics, API_BROKER_REGISTRATION: self.register_broker,
+                API_BROKER_HEARTBEAT: self.heartbeat, API_DELETE_TOPICS: self.delete_topics,
+                API_CREATE_PARTITIONS: self.create_partitions, API_ALTER_PARTITION: self.alter_partition}
+
+
+# ---- records and responses ------------------------------------------------------------------------------
+
+
+def _directory_lookup(image: MetadataImage, level: int, assign: bool):
+    """replicas (int [n, rf]) -> their directories (uint8 [n, rf * 16]) for PartitionRecord v1+
+    (None below it): Kafka's defaultDir per broker when ``assign``, else MIGRATING."""
+    if versions.partition_record_version(level) < 1:
+        return None
+    if assign:
+        return records_fast.DirectoryTable(image.cluster.brokers, level).lookup
+    return records_fast.migrating_directories
+
+
+def _topic_records(planned: list[_NewTopic], order: Sequence[int], image: MetadataImage,
+                   assign_directories: bool) -> list[bytes]:
+    """Per topic, Kafka's order: its TopicRecord, its PartitionRecords (leader = first replica, ISR
+    = all replicas, epochs 0, directories per _directory_lookup), a ConfigRecord per requested
+    config. The PartitionRecords of every topic with the same replication factor are encoded in one
+    go (records_fast)."""
+    level = image.features.metadata_version or versions.LATEST
+    version = versions.partition_record_version(level)
+    directories = _directory_lookup(image, level, assign_directories)
+    by_rf: dict[int, list[int]] = {}
+    for k, p in enumerate(planned):
+        by_rf.setdefault(p.rf, []).append(k)
+    parts: list[list[bytes]] = [[] for _ in planned]
+    for rf, group in by_rf.items():
+        topics = [planned[k] for k in group]
+        counts = [p.partitions for p in topics]
+        replicas = place_replicas_many(order, counts, [p.start for p in topics], rf)
+        first = np.cumsum(counts) - counts
+        values = records_fast.partition_values(
+            records_fast.topic_id_array([p.topic_id for p in topics], counts),
+            np.arange(len(replicas), dtype=np.int32) - np.repeat(first, counts).astype(np.int32), replicas, version,
+            directories=None if directories is None else directories(replicas))
+        for k, at, n in zip(group, first.tolist(), counts, strict=True):
+            parts[k] = values[at:at + n]
+    out = []
+    for p, values in zip(planned, parts, strict=True):
+        out.append(records_fast.topic_value(p.topic.name, p.topic_id))
+        out.extend(values)
+        for c in p.topic.configs:
+            out.append(codec.encode_record("ConfigRecord", 0, {"ResourceType": TOPIC_RESOURCE_TYPE,
+                                                               "ResourceName": p.topic.name, "Name": c.name,
+                                                               "Value": c.value}))
+    return out
+
+
+def _fencing_record(image: MetadataImage, broker, *, fence: bool) -> bytes:
+    """What Kafka writes to fence / unfence: BrokerRegistrationChangeRecord v0 (Fenced 1 / -1)
+    from metadata.version 3.3-IV2 (isBrokerRegistrationChangeRecordSupported), Fence/
+    UnfenceBrokerRecord before."""
+    if (image.features.metadata_version or versions.LATEST) >= BROKER_REGISTRATION_CHANGE:
+        return codec.encode_record("BrokerRegistrationChangeRecord", 0, {
+            "BrokerId": broker.broker_id, "BrokerEpoch": broker.epoch,
+            "Fenced": FENCING_FENCE if fence else FENCING_UNFENCE})
+    return codec.encode_record("FenceBrokerRecord" if fence else "UnfenceBrokerRecord", 0,
+                               {"Id": broker.broker_id, "Epoch": broker.epoch})
+
+
+def _check_manual_assignment(replicas: list[int], rf: int, image: MetadataImage) -> None:
+    """Kafka's validateManualPartitionAssignment (INVALID_REPLICA_ASSIGNMENT)."""
+    if not replicas:
+        raise _Refused(ErrorCode.invalid_replica_assignment,
+                       "The manual partition assignment includes an empty replica list.")
+    previous = None
+    for b in sorted(replicas):
+        if b not in image.cluster.brokers:
+            raise _Refused(ErrorCode.invalid_replica_assignment, f"The manual partition assignment includes broker "
+                                                                 f"{b}, but no such broker is registered.")
+        if b == previous:
+            raise _Refused(ErrorCode.invalid_replica_assignment,
+                           f"The manual partition assignment includes the broker {b} more than once.")
+        previous = b
+    if len(replicas) != rf:
+        raise _Refused(ErrorCode.invalid_replica_assignment, (
+            f"The manual partition assignment includes a partition with {len(replicas)} replica(s), but this is "
+            f"not consistent with previous partitions, which have {rf} replica(s)."))
+
+
+def _alter_partition_error(broker_id: int, part, pd, image: MetadataImage) -> ErrorCode | None:
+    """Kafka's validateAlterPartitionData, in its order (v3 answers INELIGIBLE_REPLICA)."""
+    if part is None:
+        return ErrorCode.unknown_topic_or_partition
+    # a request ahead of this controller's image: it is likely no longer the active controller
+    if pd.leader_epoch > part.leader_epoch or pd.partition_epoch > part.partition_epoch:
+        return ErrorCode.not_controller
+    if pd.leader_epoch < part.leader_epoch:
+        return ErrorCode.fenced_leader_epoch
+    if broker_id != part.leader:
+        return ErrorCode.invalid_request
+    if pd.partition_epoch < part.partition_epoch:
+        return ErrorCode.invalid_update_version
+    new_isr = [int(b.broker_id) for b in pd.new_isr_with_epochs]
+    if len(set(new_isr)) != len(new_isr) or not set(new_isr) <= set(part.replicas) or part.leader not in new_isr:
+        return ErrorCode.invalid_request  # Replicas.validateIsr, and the ISR must hold its leader
+    if pd.leader_recovery_state == replication.RECOVERING and len(new_isr) > 1:
+        return ErrorCode.invalid_request
+    if part.leader_recovery_state == 0 and pd.leader_recovery_state == replication.RECOVERING:
+        return ErrorCode.invalid_request  # RECOVERED never goes back to RECOVERING
+    for state in pd.new_isr_with_epochs:
+        reg = image.cluster.brokers.get(state.broker_id)
+        if reg is None or reg.in_controlled_shutdown or reg.fenced or \
+                (state.broker_epoch != -1 and reg.epoch != state.broker_epoch):
+            return ErrorCode.ineligible_replica
+    return None
+
+
+def _given_id(topic_id) -> uuid.UUID | None:
+    """A topic id field, None when absent (null or Kafka's ZERO_UUID)."""
+    return None if topic_id is None or topic_id == _ZERO_UUID else topic_id
+
+
+def refusal(api_key: int, req, code: ErrorCode, message: str):
+    """The answer to a CreateTopics, DeleteTopics or CreatePartitions request that was not acted on:
+    ``code`` and ``message`` on every topic it names (the shape each API's clients read)."""
+    if api_key == API_CREATE_TOPICS:
+        return _create_response([_topic_result(t.name, code, message) for t in req.topics])
+    if api_key == API_DELETE_TOPICS:
+        return _delete_response([_deleted(t.name, t.topic_id, code, message) for t in req.topics])
+    if api_key == API_CREATE_PARTITIONS:
+        return _partitions_response([_partitions_result(n, code, message)
+                                     for n in dict.fromkeys(t.name for t in req.topics)])
+    raise ValueError(f"no refusal for API {api_key}")
+
+
+def _deleted(name: str | None, topic_id, code: ErrorCode, message: str | None) -> kdelete_resp.DeletableTopicResult:
+    return kdelete_resp.DeletableTopicResult(name=name, topic_id=_given_id(topic_id) or _ZERO_UUID,
+                                             error_code=code, error_message=message)
+
+
+def _delete_response(results) -> kdelete_resp.DeleteTopicsResponse:
+    return kdelete_resp.DeleteTopicsResponse(throttle_time=_NO_THROTTLE, responses=tuple(results))
+
+
+def _partitions_result(name: str, code: ErrorCode, message: str | None) -> kpartitions_resp.CreatePartitionsTopicResult:
+    return kpartitions_resp.CreatePartitionsTopicResult(name=name, error_code=code, error_message=message)
+
+
+def _partitions_response(results) -> kpartitions_resp.CreatePartitionsResponse:
+    return kpartitions_resp.CreatePartitionsResponse(throttle_time=_NO_THROTTLE, results=tuple(results))
+
+
+def _altered_error(index: int, code: ErrorCode) -> kalter_resp.PartitionData:
+    return kalter_resp.PartitionData(partition_index=i32(index), error_code=code, leader_id=i32(0),
+                                     leader_epoch=i32(0), isr=(), partition_epoch=i32(0))
+
+
+def _alter_response(code: ErrorCode, topics) -> kalter_resp.AlterPartitionResponse:
+    return kalter_resp.AlterPartitionResponse(throttle_time=_NO_THROTTLE, error_code=code, topics=tuple(topics))
+
+
+def _topic_result(name: str, code: ErrorCode, message: str | None) -> kcreate_resp.CreatableTopicResult:
+    return kcreate_resp.CreatableTopicResult(name=name, topic_id=None, error_code=code, error_message=message,
+                                             configs=None)
+
+
+def _create_response(results) -> kcreate_resp.CreateTopicsResponse:
+    return kcreate_resp.CreateTopicsResponse(throttle_time=_NO_THROTTLE, topics=tuple(results))
+
+
+def _register_response(code: ErrorCode, epoch: int = -1) -> kregister_resp.BrokerRegistrationResponse:
+    return kregister_resp.BrokerRegistrationResponse(throttle_time=_NO_THROTTLE, error_code=code,
+                                                     broker_epoch=i64(epoch))
+
+
+def _heartbeat_response(code: ErrorCode, *, caught_up: bool = False, fenced: bool = True,
+                        shut_down: bool = False) -> kheartbeat_resp.BrokerHeartbeatResponse:
+    return kheartbeat_resp.BrokerHeartbeatResponse(throttle_time=_NO_THROTTLE, error_code=code,
+                                                   is_caught_up=caught_up, is_fenced=fenced,
+                                                   should_shut_down=shut_down)

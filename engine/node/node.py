@@ -1,0 +1,632 @@
+"""A KRaft node process: Raft (raftnode.py's parts) + a live metadata image + its roles, all on
+one asyncio loop and one listening socket.
+
+    kraftlog node run --node-id N --controller-quorum-voters 1@h:p,2@h:p,3@h:p --dir DIR
+                      [--process-roles controller|broker|broker,controller] [--config FILE]
+                      [--listen host:port | --listen-fd FD] [--cluster-id ID] [--rack R]
+
+Roles (KIP-500):
+    controller   a Raft voter; when it leads it is the active controller, the only writer of
+                 metadata records (controller.py); standbys replicate and replay.
+    broker       a Raft observer: it pulls the committed metadata log from the voters (a snapshot
+                 when it is too far behind), keeps log and snapshots in its own directory, and
+                 registers/heartbeats with the active controller (broker.py); on SIGTERM it asks
+                 for a controlled shutdown first.
+    both         combined mode: a voter that also registers as a broker (the single-node default).
+
+``DIR`` must be formatted (``kraftlog storage format``): its meta.properties gives the cluster id and
+must carry this node id. Layout (Kafka's, so the tools read it as they read a Kafka node's)::
+
+    DIR/meta.properties
+    DIR/__cluster_metadata-0/             log segments + indexes, leader-epoch-checkpoint, quorum-state
+    DIR/__cluster_metadata-0/snapshots/   the LMDB snapshot store (engine/snapshot)
+
+Snapshots: every node writes one from its in-memory image after ``snapshot_max_new_bytes`` of new
+log or ``snapshot_interval_ms`` (Kafka's metadata.log.max.record.bytes.between.snapshots and
+metadata.log.max.snapshot.interval.ms), off the event loop (the image is immutable); then the log
+start advances past it. A restarted node loads its newest snapshot and replays only the log after.
+
+One socket serves everything (Kafka's wire; responses with header v1 except ApiVersions' v0):
+    raft         Vote, BeginQuorumEpoch, EndQuorumEpoch, DescribeQuorum, Fetch, FetchSnapshot,
+                 Produce (raftnode.py's client API, left as it is)
+    controller   CreateTopics, DeleteTopics, CreatePartitions, AlterPartition, BrokerRegistration,
+                 BrokerHeartbeat (controller.CONTROLLER_APIS), UpdateFeatures (features.py),
+                 ControllerRegistration (controller_registration.py): controller role only; the
+                 active controller writes, every other node answers NOT_CONTROLLER
+    Metadata     v12, every role, from this node's own image (a lagging node answers what it has)
+    OffsetsForLeaderEpoch  v4 on __cluster_metadata-0, every role (epoch_offsets.py)
+    ApiVersions  v3-v4, listing what this node serves, with supported and finalized features
+
+Controller responses go out in request order on each connection (Kafka's promise), even though
+their handlers finish out of order. The process prints ``READY node=<id> port=<port>`` once it
+listens, logs to stderr, and on SIGTERM/SIGINT resigns if it leads and exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader
+from kio.serial import entity_reader
+from kio.static.primitive import i16
+
+from kraftlog.engine.broker.epoch_offsets import API_OFFSETS_FOR_LEADER_EPOCH, OFFSETS_FOR_LEADER_EPOCH_API
+from kraftlog.engine.broker.epoch_offsets import answer as answer_epoch_offsets
+from kraftlog.engine.broker.forwarding import FORWARDED_APIS, Forwarder
+from kraftlog.engine.broker.lifecycle import (
+    SECURITY_PROTOCOL_PLAINTEXT,
+    SECURITY_PROTOCOL_SSL,
+    BrokerConfig,
+    BrokerLifecycle,
+    Listener,
+)
+from kraftlog.engine.broker.metadata_answer import answer_metadata, controller_for
+from kraftlog.engine.cli.tools.imageload import SNAPSHOT_DIRNAME  # the LMDB store in the metadata log dir
+from kraftlog.engine.controller.controller import (
+    API_METADATA,
+    CONTROLLER_APIS,
+    Controller,
+    ControllerConfig,
+    ImagePublisher,
+)
+from kraftlog.engine.controller.features import (
+    API_UPDATE_FEATURES,
+    UPDATE_FEATURES_API,
+    api_versions_feature_fields,
+    handle_update_features,
+    supported_features,
+)
+from kraftlog.engine.controller.registration import (
+    API_CONTROLLER_REGISTRATION,
+    CONTROLLER_REGISTRATION_API,
+    ControllerRegistrar,
+    handle_controller_registration,
+)
+from kraftlog.engine.image import versions
+from kraftlog.engine.node.raftnode import RaftNode, parse_voters
+from kraftlog.engine.node.raftnode import serve as serve_node
+from kraftlog.engine.protocol import older_versions
+from kraftlog.engine.snapshot.store import SnapshotStore
+from kraftlog.errors import KraftlogError
+from kraftlog.raft import wire
+from kraftlog.raft.aio.driver import DriverConfig
+from kraftlog.raft.aio.transport import FrameConnection, RaftTransport, TransportConfig
+from kraftlog.raft.core import RaftConfig
+
+log = logging.getLogger("kraftlog.node")
+
+METADATA_LOG_DIRNAME = "__cluster_metadata-0"  # as engine/cli/tools/common.py names it
+ROLE_CONTROLLER, ROLE_BROKER = "controller", "broker"
+# what a node serves beyond raft: a controller all of these; a broker Metadata and
+# OffsetsForLeaderEpoch, and forwards the clients' controller APIs and DescribeQuorum to the
+# active controller (engine/broker/forwarding.py)
+NODE_CONTROLLER_APIS = {**CONTROLLER_APIS, API_UPDATE_FEATURES: UPDATE_FEATURES_API,
+                        API_CONTROLLER_REGISTRATION: CONTROLLER_REGISTRATION_API,
+                        API_OFFSETS_FOR_LEADER_EPOCH: OFFSETS_FOR_LEADER_EPOCH_API}
+_BROKER_APIS = {API_METADATA: CONTROLLER_APIS[API_METADATA],
+                API_OFFSETS_FOR_LEADER_EPOCH: OFFSETS_FOR_LEADER_EPOCH_API,
+                **{k: NODE_CONTROLLER_APIS[k] for k in sorted(FORWARDED_APIS)}}  # forwarded (forwarding.py)
+
+
+class NodeError(KraftlogError):
+    """The node cannot start (unformatted directory, ids that do not match, bad voters or roles)."""
+
+
+# ---- the transport: raft's, plus Metadata, ApiVersions and the controller APIs --------------------
+
+
+class NodeTransport(RaftTransport):
+    """RaftTransport that also answers Metadata (from ``publisher``'s image), ApiVersions, and, on
+    a controller, the controller's write APIs. ``publisher`` is set after construction, the
+    controller with ``serve_controller``. Raft's own APIs go to the parent unchanged."""
+
+    publisher: ImagePublisher | None = None
+    controller: Controller | None = None
+    cluster_id: str | None = None
+    supported: list[tuple[str, int, int]] = []  # this node's feature ranges, for ApiVersions
+    metrics = None  # metrics.NodeMetrics when the node exports metrics
+    core = None  # the RaftCore, for OffsetsForLeaderEpoch
+    forward: Forwarder | None = None  # a broker-only node's way to the active controller
+    is_broker = False  # Metadata's ControllerId: a live broker when a broker answers (metadata_answer.py)
+
+    def _served(self) -> dict[int, tuple[int, type, type]]:
+        return NODE_CONTROLLER_APIS if self.controller is not None else _BROKER_APIS
+
+    def serve_controller(self, controller: Controller) -> None:
+        """Answer the controller APIs with ``controller``'s handlers (the table is built once)."""
+        self.controller = controller
+        self._handlers = {**controller.write_handlers(),
+                          API_UPDATE_FEATURES: lambda req: handle_update_features(controller, req),
+                          API_CONTROLLER_REGISTRATION: lambda req: handle_controller_registration(controller, req)}
+
+    def _on_request(self, conn: FrameConnection, frame: bytes) -> None:
+        api_key, version, _ = wire.peek_request_header(frame)
+        if self.metrics is not None:
+            self.metrics.request_seen(api_key)
+        if api_key == wire.API_DESCRIBE_QUORUM and self.forward is not None:
+            rf = wire.parse_request(frame)
+            self._respond_later(conn, rf.correlation_id,
+                                asyncio.get_running_loop().create_task(self.forward.describe_quorum()))
+            return
+        if api_key == wire.API_API_VERSIONS and version not in wire._API_VERSIONS:
+            # KIP-511: an ApiVersions version we do not serve is answered, not dropped: v0's shape,
+            # UNSUPPORTED_VERSION and our ApiVersions range, so the client retries with one we know
+            correlation_id = wire.peek_request_header(frame)[2]
+            self._respond(conn, _unsupported_api_versions(), correlation_id, header_v0=True)
+            return
+        if api_key == wire.API_API_VERSIONS:
+            rf = wire.parse_request(frame)
+            image = self.publisher.image if self.publisher is not None else None
+            self._respond(conn, _api_versions_response(rf.api_version, self._served(), image, self.supported),
+                          rf.correlation_id, header_v0=True)
+            return
+        spec = self._served().get(api_key) if self.publisher is not None else None
+        if spec is None:
+            super()._on_request(conn, frame)
+            return
+        served, served_request, served_response = spec
+        if version == served:
+            correlation_id, body = _parse(frame, served_request, api_key)
+            back = None
+        else:  # an older version: read with its own type, handled as the served one (older_versions.py)
+            low, high = older_versions.version_range(api_key, served)
+            if not low <= version <= high:
+                raise wire.WireFormatError(f"unsupported API key {api_key} version {version} (served: v{low}-v{high})")
+            correlation_id, old = _parse(frame, older_versions.request_type(api_key, version), api_key)
+            body = older_versions.to_served(api_key, old, served_request)
+            back = older_versions.response_type(api_key, version)
+        loop = asyncio.get_running_loop()
+        if api_key == API_OFFSETS_FOR_LEADER_EPOCH:
+            core = self.core
+            self._answer(conn, answer_epoch_offsets(body, raft_log=core.log, current_epoch=core.epoch,
+                                                    high_watermark=core.high_watermark), correlation_id, back)
+            return
+        if api_key == API_METADATA:
+            image = self.publisher.image
+            controller_id = controller_for(image, answering_broker=self.is_broker,
+                                           active_controller=self.publisher.leader[0])
+            self._answer(conn, answer_metadata(image, body, cluster_id=self.cluster_id, controller_id=controller_id),
+                         correlation_id, back)
+            return
+        if self.controller is None:  # a broker: one of FORWARDED_APIS
+            if self.forward is None:
+                raise wire.WireFormatError(f"API {api_key} arrived before this broker can reach a controller")
+            answer = self.forward.request(api_key, served, body, served_response)
+        else:
+            answer = self._handlers[api_key](body)
+        task = loop.create_task(answer if back is None else _converted(answer, back))
+        if self.metrics is not None:
+            started, metrics = time.perf_counter(), self.metrics
+            task.add_done_callback(lambda _: metrics.request_done(api_key, started))
+        self._respond_later(conn, correlation_id, task, header_v0=back is not None and not back.__flexible__)
+
+    def _answer(self, conn: FrameConnection, answer, correlation_id: int, back: type | None) -> None:
+        """Respond with ``answer`` (of the served version), converted to ``back`` when the request
+        came at an older version; header v0 for a non-flexible one."""
+        if back is None:
+            self._respond(conn, answer, correlation_id)
+        else:
+            self._respond(conn, older_versions.from_served(answer, back), correlation_id,
+                          header_v0=not back.__flexible__)
+
+    def _queue(self, conn: FrameConnection) -> collections.deque:
+        queue = getattr(conn, "kraftlog_responses", None)
+        if queue is None:
+            queue = conn.kraftlog_responses = collections.deque()
+        return queue
+
+    def _respond(self, conn: FrameConnection, body, correlation_id: int, *, header_v0: bool = False) -> None:
+        queue = self._queue(conn)
+        if not queue:
+            conn.write(wire.frame_response(correlation_id, body, header_v0=header_v0))
+            return
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(body)
+        queue.append((correlation_id, done, header_v0))
+
+    def _respond_later(self, conn: FrameConnection, correlation_id: int, task: asyncio.Task, *,
+                       header_v0: bool = False) -> None:
+        self._queue(conn).append((correlation_id, task, header_v0))
+        task.add_done_callback(lambda _: self._flush(conn))
+
+    def _flush(self, conn: FrameConnection) -> None:
+        """Write the finished responses at the head of the queue (request order)."""
+        queue = self._queue(conn)
+        while queue and queue[0][1].done():
+            correlation_id, future, header_v0 = queue.popleft()
+            if future.cancelled():
+                continue
+            if future.exception() is not None:
+                log.error("controller handler failed; closing %s", conn.label, exc_info=future.exception())
+                conn.close()
+                return
+            conn.write(wire.frame_response(correlation_id, future.result(), header_v0=header_v0))
+
+
+async def _converted(answer, back: type):
+    return older_versions.from_served(await answer, back)
+
+
+def _parse(frame: bytes, request_type: type, api_key: int):
+    """(correlation id, kio body) of a request (header v2 before a flexible body, else v1);
+    WireFormatError if it does not decode exactly (the transport then closes that connection)."""
+    header_type = RequestHeader if request_type.__flexible__ else RequestHeaderV1
+    try:
+        header, pos = entity_reader(header_type)(frame, 0)
+        body, size = entity_reader(request_type)(frame, pos)
+    except Exception as exc:  # kio raises many kinds (ValueError, IndexError, UnicodeDecodeError, ...)
+        raise wire.WireFormatError(f"malformed request (API {api_key}): {type(exc).__name__}: {exc}") from None
+    if pos + size != len(frame):
+        raise wire.WireFormatError(f"{len(frame) - pos - size} bytes after the body of API {api_key}")
+    return header.correlation_id, body
+
+
+def supported_api_versions(served: dict | None = None) -> list[tuple[int, int, int]]:
+    """Raft's APIs and ``served`` (default: a controller's): (api key, min version, max version);
+    the older versions that older_versions.py converts count."""
+    served = NODE_CONTROLLER_APIS if served is None else served
+    return sorted(wire.supported_api_versions()
+                  + [(k, *older_versions.version_range(k, v)) for k, (v, _, _) in served.items()])
+
+
+def _unsupported_api_versions():
+    from kio.schema.api_versions.v0 import response as kav0
+
+    low, high = min(wire._API_VERSIONS), max(wire._API_VERSIONS)
+    return kav0.ApiVersionsResponse(error_code=ErrorCode.unsupported_version, api_keys=(
+        kav0.ApiVersion(api_key=i16(wire.API_API_VERSIONS), min_version=i16(low), max_version=i16(high)),))
+
+
+def _api_versions_response(version: int, served: dict, image, supported):
+    """ApiVersions v0-v4: the APIs, plus from v3 (once there is an image) the supported and
+    finalized features that `kraftlog features describe` and Kafka's admin client read."""
+    features = {} if image is None or version < 3 else api_versions_feature_fields(image, supported, version=version)
+    return wire.api_versions_response(version, supported_api_versions(served), **features)
+
+
+# ---- periodic snapshots -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SnapshotPolicy:
+    max_new_bytes: int = 20 << 20  # Kafka's metadata.log.max.record.bytes.between.snapshots
+    interval_ms: int = 3_600_000  # Kafka's metadata.log.max.snapshot.interval.ms
+
+
+class Snapshotter:
+    """Writes the publisher's image into the LMDB store once enough new log has committed, in a
+    worker thread (an image is immutable, so the loop keeps replaying meanwhile), then tells the
+    driver, which advances the log start past it. One snapshot at a time; a failure is logged and
+    the next commit tries again."""
+
+    def __init__(self, node: MetadataNode, policy: SnapshotPolicy):
+        self.node = node
+        self.policy = policy
+        self.new_bytes = 0
+        self.last_ms = time.monotonic() * 1000
+        self.written = 0
+        self.last_snapshot = None
+        self.last_duration_ms = 0.0
+        self._task: asyncio.Task | None = None
+
+    def on_commit(self, size_bytes: int) -> None:
+        self.new_bytes += size_bytes
+        due = self.new_bytes >= self.policy.max_new_bytes or \
+            time.monotonic() * 1000 - self.last_ms >= self.policy.interval_ms
+        if due and (self._task is None or self._task.done()):
+            self._task = asyncio.get_running_loop().create_task(self._write())
+
+    async def _write(self) -> None:
+        node, publisher = self.node, self.node.machine
+        end_offset, image = publisher.next_offset, publisher.image
+        try:
+            snapshot_id = node.core.snapshot_id_at(end_offset)
+        except Exception as exc:  # below the log start (a fetched snapshot overtook us) or not delivered yet
+            log.debug("no snapshot at %d: %s", end_offset, exc)
+            return
+        self.new_bytes, self.last_ms = 0, time.monotonic() * 1000
+        started = time.perf_counter()
+        try:
+            _, losses = await asyncio.to_thread(node.snapshots.write_image, snapshot_id, image, replace=True)
+        except Exception:
+            log.exception("snapshot at %d not written; the next commit tries again", end_offset)
+            return
+        for loss in losses:
+            log.warning("snapshot %s dropped %s", snapshot_id, loss)
+        self.last_duration_ms = (time.perf_counter() - started) * 1000
+        try:
+            moved = node.driver.snapshot_written(snapshot_id)
+        except Exception:
+            log.exception("snapshot %s written but the log start did not move", snapshot_id)
+            return
+        if moved:
+            self.written += 1
+            self.last_snapshot = snapshot_id
+            log.info("snapshot %d-%d written in %.0f ms; the log now starts at %d", snapshot_id.offset,
+                     snapshot_id.epoch, self.last_duration_ms, node.log.start_offset())
+
+    def downgrade_now(self, level_before: int) -> None:
+        """metadata.version was just lowered (KIP-1155): write the image at the new level as a
+        snapshot at once, log what the lower version drops, and reload the image from that
+        snapshot, so this node holds exactly what a node of the older release would read. Done on
+        the loop, before the next commit is applied (the next records must apply to the reloaded
+        image); the log start moves after the current Ready (its batches are still being read)."""
+        node, publisher = self.node, self.node.machine
+        end_offset, image = publisher.next_offset, publisher.image
+        level = image.features.metadata_version
+        snapshot_id = node.core.snapshot_id_at(end_offset)
+        started = time.perf_counter()
+        _, losses = node.snapshots.write_image(snapshot_id, image, replace=True)
+        for loss in losses:
+            log.warning("metadata.version downgrade to %s dropped %s", versions.name(level), loss)
+        publisher.loader.image = node.snapshots.load_image(snapshot_id)
+        self.new_bytes, self.last_ms = 0, time.monotonic() * 1000
+        log.info("metadata.version lowered from %s to %s at offset %d: wrote snapshot %d-%d and reloaded the image "
+                 "from it in %.0f ms (%d field group(s) lost)", versions.name(level_before), versions.name(level),
+                 end_offset, snapshot_id.offset, snapshot_id.epoch, (time.perf_counter() - started) * 1000,
+                 len(losses))
+        asyncio.get_running_loop().call_soon(self._adopt, snapshot_id)
+
+    def _adopt(self, snapshot_id) -> None:
+        try:
+            if self.node.driver.snapshot_written(snapshot_id):
+                self.written += 1
+                self.last_snapshot = snapshot_id
+        except Exception:
+            log.exception("snapshot %s written but the log start did not move", snapshot_id)
+
+    async def close(self) -> None:
+        if self._task is not None and not self._task.done():
+            await asyncio.wait([self._task])
+
+
+class SnapshottingPublisher(ImagePublisher):
+    """ImagePublisher that feeds the Snapshotter and loads snapshots from the LMDB store whole."""
+
+    snapshotter: Snapshotter | None = None
+
+    def handle_commit(self, batch) -> None:
+        level_before = self.image.features.metadata_version
+        super().handle_commit(batch)
+        if self.snapshotter is None:
+            return
+        level = self.image.features.metadata_version
+        if 0 < level < level_before:
+            self.snapshotter.downgrade_now(level_before)
+        self.snapshotter.on_commit(len(batch.raw))
+
+    def _applied_in_bulk(self, size_bytes: int) -> None:
+        if self.snapshotter is not None:
+            self.snapshotter.on_commit(size_bytes)
+
+    def handle_load_snapshot(self, snapshot_id, snapshots) -> None:
+        if not isinstance(snapshots, SnapshotStore):
+            super().handle_load_snapshot(snapshot_id, snapshots)
+            return
+        started = time.perf_counter()
+        self.loader.image = snapshots.load_image(snapshot_id)
+        self._advance(snapshot_id.offset)
+        log.info("loaded snapshot %d-%d in %.0f ms", snapshot_id.offset, snapshot_id.epoch,
+                 (time.perf_counter() - started) * 1000)
+
+
+# ---- the node ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    """What the broker role registers with: rack, its listener's advertised name and host."""
+
+    rack: str | None = None
+    listener_name: str = "PLAINTEXT"
+    advertised_host: str = "127.0.0.1"
+    log_dir_ids: tuple = ()
+    config: BrokerConfig = BrokerConfig()
+
+
+class MetadataNode(RaftNode):
+    """RaftNode's parts in Kafka's directory layout with the LMDB snapshot store, an ImagePublisher
+    as the Raft listener, and the roles: a Controller (voters with the controller role) and/or a
+    BrokerLifecycle (the broker role, started once the node listens)."""
+
+    def __init__(self, node_id: int, voters: dict[int, tuple[str, int]], directory: str, *, cluster_id: str,
+                 roles: frozenset[str] = frozenset({ROLE_CONTROLLER}), config: RaftConfig | None = None,
+                 driver_config: DriverConfig | None = None, controller_config: ControllerConfig | None = None,
+                 broker: BrokerSettings | None = None, snapshot_policy: SnapshotPolicy | None = None,
+                 max_metadata_version: int | None = None, metrics_address: tuple[str, int] | None = None,
+                 transport_config: TransportConfig | None = None, server_ssl=None, client_ssl=None,
+                 seed: int | None = None):
+        if ROLE_CONTROLLER in roles and node_id not in voters:
+            raise NodeError(f"node {node_id} has the controller role but is not among the voters {sorted(voters)}")
+        if ROLE_CONTROLLER not in roles and node_id in voters:
+            raise NodeError(f"node {node_id} is a voter, so it needs the controller role (process roles: "
+                            f"{','.join(sorted(roles))})")
+        self.roles = roles
+        self.cluster_id = cluster_id
+        # read by make_transport during RaftNode.__init__; client_ssl also by the broker/registrar channels
+        self.transport_config, self.server_ssl, self.client_ssl = transport_config, server_ssl, client_ssl
+        # what this node advertises (registrations, ApiVersions); a lower max plays an older build
+        self.supported = supported_features(max_metadata_version)
+        super().__init__(node_id, voters, directory, cluster_id=cluster_id, config=config,
+                         driver_config=driver_config, seed=seed)
+        self.machine.snapshotter = self.snapshotter = Snapshotter(self, snapshot_policy or SnapshotPolicy())
+        self.transport.publisher, self.transport.cluster_id = self.machine, cluster_id
+        self.transport.supported = self.supported
+        self.transport.core = self.core
+        self.controller = None
+        if ROLE_CONTROLLER in roles:
+            self.controller = Controller(node_id, cluster_id, self.driver, self.machine, controller_config,
+                                         rng=self.rng)
+            self.controller.supported_features = self.supported
+            self.transport.serve_controller(self.controller)
+        self.broker_settings = broker or BrokerSettings()
+        self.lifecycle: BrokerLifecycle | None = None
+        self.registrar: ControllerRegistrar | None = None
+        self.metrics_address = metrics_address
+        self.metrics_port: int | None = None
+        if metrics_address is not None:
+            from kraftlog.engine.node.metrics import NodeMetrics  # prometheus_client only when asked for
+
+            self.transport.metrics = NodeMetrics(self)
+
+    def layout(self, directory: str) -> tuple[str, str, str]:
+        """Kafka's layout: segments and quorum-state in DIR/__cluster_metadata-0, snapshots beside."""
+        partition_dir = os.path.join(directory, METADATA_LOG_DIRNAME)
+        return partition_dir, os.path.join(partition_dir, SNAPSHOT_DIRNAME), partition_dir
+
+    def make_snapshots(self, snapshot_dir: str):
+        return SnapshotStore(snapshot_dir)
+
+    def make_listener(self):
+        return SnapshottingPublisher(on_leader_change=self._leader_changed)
+
+    def make_transport(self, node_id: int, voters: dict[int, tuple[str, int]]):
+        return NodeTransport(node_id, voters, self.transport_config, server_ssl=self.server_ssl,
+                             client_ssl=self.client_ssl)
+
+    @property
+    def image(self):
+        return self.machine.image
+
+    def _leader_changed(self, leader_id: int, epoch: int) -> None:
+        if self.controller is not None:
+            self.controller.on_leader_change(leader_id, epoch)
+
+    async def start(self, **kwargs) -> int:
+        port = await super().start(**kwargs)
+        b = self.broker_settings
+        if self.transport.metrics is not None:
+            self.metrics_port = await self.transport.metrics.serve(*self.metrics_address)
+        if self.controller is not None:
+            self.registrar = ControllerRegistrar(self.node_id, self.machine, self.voters, features=self.supported,
+                                                 listener=Listener("CONTROLLER", b.advertised_host, port,
+                                                                   self._security_protocol()),
+                                                 ssl_context=self.client_ssl)
+            self.registrar.start()
+        if ROLE_BROKER in self.roles:
+            self.lifecycle = BrokerLifecycle(
+                self.node_id, self.cluster_id, self.machine, self.voters,
+                listeners=[Listener(b.listener_name, b.advertised_host, port, self._security_protocol())],
+                features=self.supported, rack=b.rack, log_dirs=b.log_dir_ids, config=b.config,
+                ssl_context=self.client_ssl)
+            self.lifecycle.start()
+            self.transport.is_broker = True
+            if self.controller is None:
+                self.transport.forward = Forwarder(self.lifecycle.channel)
+        return port
+
+    def _security_protocol(self) -> int:
+        return SECURITY_PROTOCOL_SSL if self.server_ssl is not None else SECURITY_PROTOCOL_PLAINTEXT
+
+    async def stop(self, *, resign: bool = True) -> None:
+        if self.lifecycle is not None:
+            if resign:
+                await self.lifecycle.controlled_shutdown()
+            await self.lifecycle.stop()
+        if self.transport.metrics is not None:
+            await self.transport.metrics.close()
+        if self.registrar is not None:
+            await self.registrar.stop()
+        if self.controller is not None:
+            await self.controller.close()
+        await self.snapshotter.close()
+        await super().stop(resign=resign)
+        self.snapshots.close()
+
+
+# ---- the process ---------------------------------------------------------------------------------------
+
+
+def check_directory(directory: str, node_id: int, cluster_id: str | None) -> tuple[str, dict[str, str]]:
+    """(cluster id, meta.properties) of a formatted ``directory`` whose meta.properties carries
+    ``node_id``; NodeError otherwise (one line naming the problem and the fix)."""
+    from kraftlog.engine.cli.tools.common import ToolError
+    from kraftlog.engine.node import metaprops
+
+    if not os.path.isdir(directory):
+        raise NodeError(f"{directory} is not a directory; create and format it with: kraftlog storage format "
+                        f"--cluster-id $(kraftlog storage random-uuid) --node-id {node_id} --dir {directory}")
+    try:
+        props = metaprops.read(directory)
+        if props is None:
+            raise NodeError(f"{directory} is not formatted (no meta.properties); format it with: kraftlog storage "
+                            f"format --cluster-id $(kraftlog storage random-uuid) --node-id {node_id} --dir {directory}")
+        metaprops.check(directory, props)
+    except ToolError as exc:
+        raise NodeError(str(exc)) from None
+    if props.get("node.id") != str(node_id):
+        raise NodeError(f"{directory} was formatted for node.id {props.get('node.id')}, not --node-id {node_id}")
+    formatted = props["cluster.id"]
+    if cluster_id is not None and cluster_id != formatted:
+        raise NodeError(f"--cluster-id {cluster_id} differs from cluster.id {formatted} in {directory}/meta.properties")
+    return formatted, props
+
+
+def parse_roles(text: str | None, node_id: int, voters: dict) -> frozenset[str]:
+    """``--process-roles``: controller, broker or both; unset: combined for a one-voter quorum of
+    this node (single-node mode), controller for a voter, broker otherwise."""
+    if text is None:
+        if node_id in voters:
+            return frozenset({ROLE_CONTROLLER, ROLE_BROKER}) if len(voters) == 1 else frozenset({ROLE_CONTROLLER})
+        return frozenset({ROLE_BROKER})
+    roles = frozenset(r.strip() for r in text.split(",") if r.strip())
+    unknown = roles - {ROLE_CONTROLLER, ROLE_BROKER}
+    if not roles or unknown:
+        raise NodeError(f"--process-roles {text!r}: give controller, broker or broker,controller")
+    return roles
+
+
+async def serve(args) -> int:
+    """Run the node until SIGTERM/SIGINT."""
+    from kraftlog.engine.node import metaprops
+
+    try:
+        voters = parse_voters(args.controller_quorum_voters)
+    except ValueError as exc:
+        raise NodeError(f"--controller-quorum-voters: {exc}") from None
+    roles = parse_roles(args.process_roles, args.node_id, voters)
+    cluster_id, props = check_directory(args.dir, args.node_id, args.cluster_id)
+    # every node sends its rack in its fetches: the leader learns the voters' racks from them and
+    # points an observer (a broker) at a caught-up voter of its own rack (KIP-392)
+    config = RaftConfig(election_timeout_ms=args.election_timeout_ms, fetch_timeout_ms=args.fetch_timeout_ms,
+                        request_timeout_ms=args.request_timeout_ms, fetch_max_wait_ms=args.fetch_max_wait_ms,
+                        rack=args.rack)
+    directory_id = props.get("directory.id")
+    host = (args.listen or "127.0.0.1:0").rpartition(":")[0] or "127.0.0.1"
+    broker = BrokerSettings(rack=args.rack, advertised_host=host,
+                            log_dir_ids=(metaprops.parse_uuid(directory_id, "directory.id"),) if directory_id else (),
+                            # one request timeout (Kafka's controller.quorum.request.timeout.ms) for raft
+                            # and for the broker's requests to the controllers: an attempt on a hung
+                            # controller must end well inside the session timeout
+                            config=BrokerConfig(heartbeat_interval_ms=args.heartbeat_interval_ms,
+                                                request_timeout_ms=args.request_timeout_ms))
+    from kraftlog.engine.node import tls
+
+    server_ssl, client_ssl = tls.server_context(args), tls.client_context(args)
+    try:
+        node = MetadataNode(args.node_id, voters, args.dir, cluster_id=cluster_id, roles=roles, config=config,
+                            controller_config=ControllerConfig(session_timeout_ms=args.session_timeout_ms),
+                            broker=broker, snapshot_policy=SnapshotPolicy(args.snapshot_max_new_bytes,
+                                                                          args.snapshot_interval_ms),
+                            max_metadata_version=args.max_metadata_version,
+                            metrics_address=_metrics_address(args.metrics_port, host),
+                            transport_config=TransportConfig(max_frame_bytes=args.max_frame_bytes),
+                            server_ssl=server_ssl, client_ssl=client_ssl)
+    except ValueError as exc:  # timeouts that cannot work together (RaftNode says which)
+        raise NodeError(str(exc)) from None
+    await serve_node(node, args.listen_fd, args.listen, voters.get(args.node_id, ("127.0.0.1", 0)))
+    image = node.image
+    log.info("stopped at offset %d: %d topics, %d partitions, %d brokers", node.machine.next_offset,
+             image.topics.live_topics, image.topics.partition_count, len(image.cluster.brokers))
+    return 0
+
+
+def _metrics_address(port: int | None, host: str) -> tuple[str, int] | None:
+    return None if port is None else (host, port)

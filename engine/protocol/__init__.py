@@ -1,0 +1,1 @@
+"""Kafka wire facts shared by every role: older API versions."""

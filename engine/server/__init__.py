@@ -1,1 +1,0 @@
-"""Composition root: controller and broker roles, network transport, CLI, metrics."""
