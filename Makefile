@@ -32,8 +32,17 @@ demo: install
 # did not load), then the twin-sensitive tests again on the pure-Python twins.
 test: install lint test-native test-twins
 
+# lint-imports checks the dependency rules (pyproject.toml's [tool.importlinter]). It reads the files
+# under the root package's directory, and our folders become kraftlog.engine / .raft / .bench only
+# through setup.py's package_dir, so it reads a tree of symlinks laid out as installed.
+IMPORT_TREE := $(VENV)/import-tree
+
 lint: install
 	$(VENV)/bin/ruff check .
+	rm -rf $(IMPORT_TREE) && mkdir -p $(IMPORT_TREE)/kraftlog
+	ln -s $(CURDIR)/csrc/*.py $(IMPORT_TREE)/kraftlog/
+	ln -s $(CURDIR)/engine $(CURDIR)/raft $(CURDIR)/bench $(IMPORT_TREE)/kraftlog/
+	PYTHONPATH=$(IMPORT_TREE) $(VENV)/bin/lint-imports
 
 test-native: install
 	$(PYTEST) -q

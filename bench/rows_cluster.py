@@ -52,9 +52,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from kraftlog.bench.timing import row
-from kraftlog.engine.broker import metadata_answer
 from kraftlog.engine.image import workload as wl
 from kraftlog.engine.node.localcluster import LocalCluster
+from kraftlog.engine.protocol.metadata_response import EpochMetadataResponse
 from kraftlog.engine.records import metadata as codec
 from kraftlog.raft import wire
 
@@ -62,9 +62,7 @@ CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
 API_METADATA, API_CREATE_TOPICS = 3, 19
 METADATA_VERSION, CREATE_TOPICS_VERSION = 12, 7
 # the kio type that reads our Metadata answers (they carry tagged fields kio's own type refuses)
-METADATA_RESPONSE = getattr(metadata_answer, "EpochMetadataResponse", None)
-if METADATA_RESPONSE is None:  # an older metadata_answer: kio's type reads the plain answer
-    from kio.schema.metadata.v12.response import MetadataResponse as METADATA_RESPONSE
+METADATA_RESPONSE = EpochMetadataResponse
 
 # ---- broker restart ---------------------------------------------------------------------------------
 
@@ -104,7 +102,7 @@ def format_dir(directory: str, node_id: int) -> None:
 def start_log_at(directory: str, snapshot_id) -> None:
     """Make the node's metadata log start at the snapshot's end offset (what a node that took the
     snapshot and moved its log start looks like), with the snapshot's epoch as the start epoch."""
-    from kraftlog.engine.node.node import METADATA_LOG_DIRNAME, SNAPSHOT_DIRNAME
+    from kraftlog.engine.layout import METADATA_LOG_DIRNAME, SNAPSHOT_DIRNAME
     from kraftlog.engine.node.raftlog import EngineRaftLog
     from kraftlog.engine.snapshot import SnapshotStore
 
@@ -202,7 +200,7 @@ class RestartCluster(LocalCluster):
         self.snapshot_id = None
 
     def seed(self) -> None:
-        from kraftlog.engine.node.node import METADATA_LOG_DIRNAME, SNAPSHOT_DIRNAME
+        from kraftlog.engine.layout import METADATA_LOG_DIRNAME, SNAPSHOT_DIRNAME
         from kraftlog.engine.snapshot import SnapshotId, SnapshotStore
 
         values = wl.image_values(self.shape)
@@ -422,9 +420,9 @@ async def _metadata(conn, names: list[str] | None):
 
 
 async def _connect(address: tuple[str, int]):
-    from kraftlog.engine.node.raftnode import _ClientConnection
+    from kraftlog.engine.protocol.connection import ClientConnection
 
-    conn = _ClientConnection(*address)
+    conn = ClientConnection(*address)
     await conn.open()
     return conn
 

@@ -49,7 +49,7 @@ from kraftlog.engine.controller.controller import Controller, ControllerConfig, 
 from kraftlog.engine.image import versions, workload
 from kraftlog.engine.image.loader import Loader
 from kraftlog.engine.image.topics import uuid_to_halves
-from kraftlog.engine.node.raftnode import ClientError, _ClientConnection
+from kraftlog.engine.protocol.connection import ClientConnection, ClientError
 from kraftlog.engine.records import batch
 from kraftlog.engine.records import metadata as codec
 from kraftlog.raft.aio.driver import DriverConfig
@@ -65,7 +65,7 @@ from tests.test_node_controller import (
 )
 
 try:  # the controller's Metadata answer carries tagged fields kio's plain reader refuses
-    from kraftlog.engine.broker.metadata_answer import EpochMetadataResponse as MetadataAnswer
+    from kraftlog.engine.protocol.metadata_response import EpochMetadataResponse as MetadataAnswer
 except ImportError:  # pragma: no cover - before that answer existed
     from kio.schema.metadata.v12.response import MetadataResponse as MetadataAnswer
 
@@ -418,7 +418,7 @@ class _Brokers:
     """The test playing brokers: registration on the active controller, heartbeats every 0.2 s
     from the ones in ``beating`` (their last answers in ``answers``)."""
 
-    def __init__(self, conns: dict[int, _ClientConnection]):
+    def __init__(self, conns: dict[int, ClientConnection]):
         self.conns = conns
         self.active = -1
         self.epochs: dict[int, int] = {}
@@ -438,11 +438,11 @@ class _Brokers:
                      10, "every broker unfenced")
 
     @property
-    def conn(self) -> _ClientConnection:
+    def conn(self) -> ClientConnection:
         return self.conns[self.active]
 
     @property
-    def standby(self) -> _ClientConnection:
+    def standby(self) -> ClientConnection:
         return next(c for i, c in self.conns.items() if i != self.active)
 
     async def _beat(self) -> None:
@@ -473,12 +473,12 @@ def _register_request(broker_id: int):
 async def _open(cluster) -> _Brokers:
     conns = {}
     for i, (host, port) in cluster.addresses.items():
-        conns[i] = _ClientConnection(host, port)
+        conns[i] = ClientConnection(host, port)
         await conns[i].open()
     return _Brokers(conns)
 
 
-async def _metadata(conn: _ClientConnection):
+async def _metadata(conn: ClientConnection):
     return await _ask(conn, 3, 12, md_req.MetadataRequest(topics=None, include_topic_authorized_operations=False),
                       MetadataAnswer)
 

@@ -33,7 +33,8 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32
 
 from kraftlog.engine.cli import main as cli
-from kraftlog.engine.node.raftnode import RaftClient, _ClientConnection
+from kraftlog.engine.node.raftnode import RaftClient
+from kraftlog.engine.protocol.connection import ClientConnection
 from kraftlog.raft import wire
 from tests.test_node_controller import CLUSTER_ID, NodeCluster, _ask
 
@@ -203,7 +204,7 @@ def test_fenced_only_replica_gives_leader_not_available(cluster):
 
 def test_forwarding_with_no_controller_reachable_times_out_with_a_reason(cluster):
     async def check():
-        conn = _ClientConnection(*cluster.addresses[101])
+        conn = ClientConnection(*cluster.addresses[101])
         await conn.open()
         try:
             async def registered():
@@ -241,7 +242,7 @@ def _metadata_request():
 
 
 def _metadata_response():
-    from kraftlog.engine.broker.metadata_answer import EpochMetadataResponse
+    from kraftlog.engine.protocol.metadata_response import EpochMetadataResponse
     return EpochMetadataResponse
 
 

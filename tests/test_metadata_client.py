@@ -43,11 +43,7 @@ from test_node_controller import (
     _until,
 )
 
-from kraftlog.engine.broker.metadata_answer import (
-    NO_EPOCH,
-    EpochMetadataResponse,
-    answer_metadata,
-)
+from kraftlog.engine.broker.metadata_answer import answer_metadata
 from kraftlog.engine.client.metadata_client import (
     InvalidInternalMetadataError,
     LeaderNotAvailableError,
@@ -63,7 +59,8 @@ from kraftlog.engine.client.metadata_client import (
     topic_from_answer,
 )
 from kraftlog.engine.image.image import MetadataImage, Provenance
-from kraftlog.engine.node.raftnode import ClientError, _ClientConnection
+from kraftlog.engine.protocol.connection import ClientConnection, ClientError
+from kraftlog.engine.protocol.metadata_response import NO_EPOCH, EpochMetadataResponse
 from kraftlog.errors import CorruptRecordError, KraftlogError
 from kraftlog.raft import wire
 
@@ -652,7 +649,7 @@ def test_real_controllers_a_stopped_standby_answers_stale_and_is_never_applied(t
     stopped: list[int] = []
 
     async def scenario():
-        conns = {i: _ClientConnection(*a) for i, a in cluster.addresses.items()}
+        conns = {i: ClientConnection(*a) for i, a in cluster.addresses.items()}
         for c in conns.values():
             await c.open()
         incarnations = {b: uuid.uuid4() for b in RACKS}

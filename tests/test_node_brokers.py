@@ -37,10 +37,10 @@ from kio.schema.metadata.v12 import request as md_req
 from kio.schema.metadata.v12 import response as md_resp
 from kio.static.primitive import i16, i32
 
-from kraftlog.engine.broker.metadata_answer import EpochMetadataResponse
 from kraftlog.engine.cli import main as cli
 from kraftlog.engine.node.localcluster import wait_until as _until
-from kraftlog.engine.node.raftnode import ClientError, _ClientConnection
+from kraftlog.engine.protocol.connection import ClientConnection, ClientError
+from kraftlog.engine.protocol.metadata_response import EpochMetadataResponse
 from kraftlog.errors import KraftlogError
 from tests.test_node_controller import CLUSTER_ID, NodeCluster, _ask
 
@@ -79,12 +79,12 @@ class Conns:
 
     def __init__(self, cluster: BrokerCluster):
         self.cluster = cluster
-        self.conns: dict[int, _ClientConnection] = {}
+        self.conns: dict[int, ClientConnection] = {}
 
-    async def get(self, i: int) -> _ClientConnection:
+    async def get(self, i: int) -> ClientConnection:
         conn = self.conns.get(i)
         if conn is None or not conn.alive:
-            conn = self.conns[i] = _ClientConnection(*self.cluster.addresses[i])
+            conn = self.conns[i] = ClientConnection(*self.cluster.addresses[i])
             await conn.open()
         return conn
 
@@ -319,7 +319,7 @@ def test_config_file_with_kafka_names_starts_a_single_node(tmp_path):
         assert proc.stdout.readline().startswith(b"READY node=1 port=%d" % port)
 
         async def check():
-            conn = _ClientConnection("127.0.0.1", port)
+            conn = ClientConnection("127.0.0.1", port)
             await conn.open()
             try:
                 req = md_req.MetadataRequest(topics=None, allow_auto_topic_creation=False,

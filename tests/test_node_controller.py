@@ -35,12 +35,12 @@ from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import request as md_req
 from kio.static.primitive import i16, i32, i64, u16
 
-from kraftlog.engine.broker.metadata_answer import EpochMetadataResponse
 from kraftlog.engine.cli import main as cli
 from kraftlog.engine.controller.controller import place_replicas, rack_interleaved
 from kraftlog.engine.image.image import BrokerRegistration
 from kraftlog.engine.node.localcluster import LocalCluster, wait_until
-from kraftlog.engine.node.raftnode import ClientError, _ClientConnection
+from kraftlog.engine.protocol.connection import ClientConnection, ClientError
+from kraftlog.engine.protocol.metadata_response import EpochMetadataResponse
 
 pytestmark = pytest.mark.slow
 
@@ -92,7 +92,7 @@ def cluster(tmp_path):
 # ---- requests ---------------------------------------------------------------------------------------
 
 
-async def _ask(conn: _ClientConnection, api_key: int, version: int, body, response_type, timeout_s: float = 10):
+async def _ask(conn: ClientConnection, api_key: int, version: int, body, response_type, timeout_s: float = 10):
     # ApiVersions (18) is answered with response header v0, every other API with v1
     return await asyncio.wait_for(conn.request(api_key, version, body, response_type, header_v0=api_key == 18),
                                   timeout_s)
@@ -152,7 +152,7 @@ def test_controllers_register_unfence_create_topics_and_keep_live_images(cluster
     async def scenario():
         conns = {}
         for i, (host, port) in cluster.addresses.items():
-            conns[i] = _ClientConnection(host, port)
+            conns[i] = ClientConnection(host, port)
             await conns[i].open()
         heartbeats: asyncio.Task | None = None
         try:

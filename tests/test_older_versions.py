@@ -18,17 +18,17 @@ from kio.serial import entity_writer
 from kio.static.primitive import i16, i32
 
 from kraftlog.engine.broker.metadata_answer import answer_metadata
-from kraftlog.engine.controller.controller import (
+from kraftlog.engine.image.image import MetadataImage, Provenance
+from kraftlog.engine.node.node import supported_api_versions
+from kraftlog.engine.protocol import older_versions
+from kraftlog.engine.protocol.apis import (
     API_CREATE_PARTITIONS,
     API_CREATE_TOPICS,
     API_DELETE_TOPICS,
     API_METADATA,
     CONTROLLER_APIS,
-    refusal,
 )
-from kraftlog.engine.image.image import MetadataImage, Provenance
-from kraftlog.engine.node.node import supported_api_versions
-from kraftlog.engine.protocol import older_versions
+from kraftlog.engine.protocol.responses import refusal
 
 
 def _encode(entity) -> bytes:

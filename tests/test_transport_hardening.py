@@ -51,7 +51,8 @@ from kio.static.primitive import Records
 from kraftlog.engine.cli import main as cli
 from kraftlog.engine.node import tls
 from kraftlog.engine.node.localcluster import LocalCluster
-from kraftlog.engine.node.raftnode import ClientError, RaftClient, _ClientConnection
+from kraftlog.engine.node.raftnode import RaftClient
+from kraftlog.engine.protocol.connection import ClientConnection, ClientError
 from kraftlog.raft import wire
 from kraftlog.raft.aio.transport import FrameConnection, RaftTransport, TransportConfig
 from kraftlog.raft.messages import Envelope, VoteRequest, VoteResponse
@@ -200,7 +201,7 @@ def test_unencodable_response_closes_only_its_connection(caplog):
         port = await server.start()
         api = wire.APIS[DescribeQuorumRequest]
         body = wire.request_to_kio(DescribeQuorumRequest())
-        conns = [_ClientConnection("127.0.0.1", port) for _ in range(2)]
+        conns = [ClientConnection("127.0.0.1", port) for _ in range(2)]
         try:
             for c in conns:
                 await c.open()
@@ -690,7 +691,7 @@ def _trusting_client_without_certificate(pki) -> ssl.SSLContext:
     return ctx
 
 
-async def _api_versions(conn: _ClientConnection, timeout_s: float = 5):
+async def _api_versions(conn: ClientConnection, timeout_s: float = 5):
     req_type, resp_type = ApiVersionsRequest, ApiVersionsResponse
     return await asyncio.wait_for(conn.request(18, 3, req_type(client_software_name="t", client_software_version="0"),
                                                resp_type, header_v0=True), timeout_s)
@@ -728,7 +729,7 @@ def test_tls_admits_only_certificates_from_the_cluster_ca(pki, caplog):
     async def scenario():
         server = RaftTransport(1, {}, server_ssl=tls.server_context(_args(pki, "node1")))
         port = await server.start()
-        good = _ClientConnection("127.0.0.1", port, ssl_context=tls.client_context(_args(pki, "client")))
+        good = ClientConnection("127.0.0.1", port, ssl_context=tls.client_context(_args(pki, "client")))
         try:
             await good.open()
             assert (await _api_versions(good)).api_keys
@@ -738,7 +739,7 @@ def test_tls_admits_only_certificates_from_the_cluster_ca(pki, caplog):
                               ("distrusts the server", tls.client_context(_args(pki, "client", ca="rogue-ca")))):
                 refused[what] = await _refused(port, ctx)
                 assert (await _api_versions(good)).api_keys, f"good client broken after {what}"
-            fresh = _ClientConnection("127.0.0.1", port, ssl_context=tls.client_context(_args(pki, "client")))
+            fresh = ClientConnection("127.0.0.1", port, ssl_context=tls.client_context(_args(pki, "client")))
             await fresh.open()
             assert (await _api_versions(fresh)).api_keys
             await fresh.close()
@@ -860,12 +861,12 @@ def test_tls_server_name_check(pki):
         server = RaftTransport(1, {}, server_ssl=tls.server_context(_args(pki, "node1")))
         port = await server.start()
         try:
-            ok = _ClientConnection("127.0.0.1", port,
+            ok = ClientConnection("127.0.0.1", port,
                                    ssl_context=tls.client_context(_args(pki, "client", server_name="kraftlog-node")))
             await ok.open()
             assert (await _api_versions(ok)).api_keys
             await ok.close()
-            wrong = _ClientConnection("127.0.0.1", port,
+            wrong = ClientConnection("127.0.0.1", port,
                                       ssl_context=tls.client_context(_args(pki, "client", server_name="other-node")))
             with pytest.raises(ssl.SSLCertVerificationError, match="other-node"):
                 await wrong.open()
@@ -914,7 +915,7 @@ def test_client_connection_fails_pending_requests_on_a_tls_refusal(pki):
         server = RaftTransport(1, {}, server_ssl=tls.server_context(_args(pki, "node1")))
         port = await server.start()
         try:
-            conn = _ClientConnection("127.0.0.1", port, ssl_context=no_cert)
+            conn = ClientConnection("127.0.0.1", port, ssl_context=no_cert)
             try:
                 await conn.open()
             except ssl.SSLError:

@@ -22,8 +22,6 @@ from kio.schema.offset_for_leader_epoch.v4 import request as kreq
 from kio.schema.offset_for_leader_epoch.v4 import response as kresp
 from kio.static.primitive import i32, i64
 
-API_OFFSETS_FOR_LEADER_EPOCH = 23
-OFFSETS_FOR_LEADER_EPOCH_API = (4, kreq.OffsetForLeaderEpochRequest, kresp.OffsetForLeaderEpochResponse)
 METADATA_TOPIC, METADATA_PARTITION = "__cluster_metadata", 0
 CONSUMER_REPLICA_ID = -1
 

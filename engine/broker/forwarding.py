@@ -26,14 +26,14 @@ import asyncio
 
 from kio.schema.errors import ErrorCode
 
-from kraftlog.engine.broker.lifecycle import ControllerChannel, Retry
-from kraftlog.engine.controller.controller import (
+from kraftlog.engine.protocol.apis import (
     API_CREATE_PARTITIONS,
     API_CREATE_TOPICS,
     API_DELETE_TOPICS,
-    refusal,
+    API_UPDATE_FEATURES,
 )
-from kraftlog.engine.controller.features import API_UPDATE_FEATURES, refuse_all
+from kraftlog.engine.protocol.controller_channel import ControllerChannel, Retry
+from kraftlog.engine.protocol.responses import refusal
 from kraftlog.raft import wire
 from kraftlog.raft.messages import DescribeQuorumRequest
 
@@ -71,8 +71,6 @@ class Forwarder:
             await asyncio.sleep(backoff_s)
             backoff_s = min(backoff_s * 2, RETRY_BACKOFF_MAX_S)
         why = f"no active controller answered within {budget_ms} ms (last: {last})"
-        if api_key == API_UPDATE_FEATURES:
-            return refuse_all(body, ErrorCode.request_timed_out, why)
         return refusal(api_key, body, ErrorCode.request_timed_out, why)
 
 

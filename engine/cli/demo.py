@@ -161,7 +161,7 @@ def _quiet_abandoned_requests(loop, context: dict) -> None:
     """Drop "exception never retrieved" reports of requests abandoned on a dropped connection
     (pipelined Produce requests of an interrupted tour; reported when garbage-collected, possibly
     after the loop closed); everything else goes to asyncio's default handler."""
-    from kraftlog.engine.node.raftnode import ClientError
+    from kraftlog.engine.protocol.connection import ClientError
 
     if isinstance(context.get("exception"), ClientError | ConnectionError) and "future" in context:
         return

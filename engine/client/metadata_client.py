@@ -55,8 +55,8 @@ from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import request as kmetadata_req
 
 from kraftlog.durable import write_atomically
-from kraftlog.engine.broker.metadata_answer import NO_EPOCH, EpochMetadataResponse
-from kraftlog.engine.node.raftnode import ClientError, _ClientConnection
+from kraftlog.engine.protocol.connection import ClientConnection, ClientError
+from kraftlog.engine.protocol.metadata_response import NO_EPOCH, EpochMetadataResponse
 from kraftlog.errors import CorruptRecordError, KraftlogError
 from kraftlog.raft.wire import WireFormatError
 
@@ -276,7 +276,7 @@ class MetadataClientStats:
 class _Node:
     address: tuple[str, int]
     node_id: int | None  # None: a bootstrap address
-    conn: _ClientConnection | None = None
+    conn: ClientConnection | None = None
     in_flight: int = 0
     failures: int = 0  # consecutive transport failures (sets the reconnect backoff)
     blocked_until_s: float = 0.0
@@ -456,7 +456,7 @@ class MetadataClient:
         n.in_flight += 1
         try:
             if n.conn is None or not n.conn.alive:
-                n.conn = _ClientConnection(*n.address, ssl_context=self.ssl_context)
+                n.conn = ClientConnection(*n.address, ssl_context=self.ssl_context)
                 await asyncio.wait_for(n.conn.open(), timeout_s)
             body = kmetadata_req.MetadataRequest(
                 topics=tuple(kmetadata_req.MetadataRequestTopic(topic_id=None, name=t) for t in names),

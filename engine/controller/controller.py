@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import logging
 import random
 import re
@@ -59,21 +58,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from kio.schema.alter_partition.v3 import request as kalter_req
 from kio.schema.alter_partition.v3 import response as kalter_resp
-from kio.schema.broker_heartbeat.v1 import request as kheartbeat_req
 from kio.schema.broker_heartbeat.v1 import response as kheartbeat_resp
-from kio.schema.broker_registration.v4 import request as kregister_req
 from kio.schema.broker_registration.v4 import response as kregister_resp
-from kio.schema.create_partitions.v3 import request as kpartitions_req
 from kio.schema.create_partitions.v3 import response as kpartitions_resp
 from kio.schema.create_topics.v7 import request as kcreate_req
 from kio.schema.create_topics.v7 import response as kcreate_resp
-from kio.schema.delete_topics.v6 import request as kdelete_req
 from kio.schema.delete_topics.v6 import response as kdelete_resp
 from kio.schema.errors import ErrorCode
-from kio.schema.metadata.v12 import request as kmetadata_req
-from kio.schema.metadata.v12 import response as kmetadata_resp
 from kio.static.primitive import i8, i16, i32, i64
 
 from kraftlog.engine.controller import records_fast, replication
@@ -88,32 +80,36 @@ from kraftlog.engine.image.image import (
 from kraftlog.engine.image.loader import Loader
 from kraftlog.engine.image.loader import decode as loader_decode
 from kraftlog.engine.image.topics import NO_LEADER_CHANGE
+from kraftlog.engine.protocol.apis import (
+    API_ALTER_PARTITION,
+    API_BROKER_HEARTBEAT,
+    API_BROKER_REGISTRATION,
+    API_CREATE_PARTITIONS,
+    API_CREATE_TOPICS,
+    API_DELETE_TOPICS,
+)
+from kraftlog.engine.protocol.responses import (
+    NO_THROTTLE,
+    create_response,
+    delete_response,
+    deleted_result,
+    given_id,
+    partitions_response,
+    partitions_result,
+    refusal,
+    topic_result,
+)
 from kraftlog.engine.records import metadata as codec
 from kraftlog.raft.state import Role
 from kraftlog.raft.types import NO_ID, NotLeaderError
 
 log = logging.getLogger("kraftlog.controller")
 
-API_METADATA, API_CREATE_TOPICS, API_BROKER_REGISTRATION, API_BROKER_HEARTBEAT = 3, 19, 62, 63
-API_DELETE_TOPICS, API_CREATE_PARTITIONS, API_ALTER_PARTITION = 20, 37, 56
 API_FEATURE_LEVEL = codec.RECORD_TYPES["FeatureLevelRecord"].api_key  # a metadata record, not an RPC
-
-# api key -> (version, kio request type, kio response type): the one version each is served at
-CONTROLLER_APIS: dict[int, tuple[int, type, type]] = {
-    API_METADATA: (12, kmetadata_req.MetadataRequest, kmetadata_resp.MetadataResponse),
-    API_CREATE_TOPICS: (7, kcreate_req.CreateTopicsRequest, kcreate_resp.CreateTopicsResponse),
-    API_BROKER_REGISTRATION: (4, kregister_req.BrokerRegistrationRequest, kregister_resp.BrokerRegistrationResponse),
-    API_BROKER_HEARTBEAT: (1, kheartbeat_req.BrokerHeartbeatRequest, kheartbeat_resp.BrokerHeartbeatResponse),
-    API_DELETE_TOPICS: (6, kdelete_req.DeleteTopicsRequest, kdelete_resp.DeleteTopicsResponse),
-    API_CREATE_PARTITIONS: (3, kpartitions_req.CreatePartitionsRequest, kpartitions_resp.CreatePartitionsResponse),
-    API_ALTER_PARTITION: (3, kalter_req.AlterPartitionRequest, kalter_resp.AlterPartitionResponse),
-}
 
 TOPIC_RESOURCE_TYPE = 2  # ConfigResource.Type.TOPIC
 MAX_TOPIC_NAME_CHARS = 249  # Kafka's Topic.MAX_NAME_LENGTH
 _LEGAL_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
-_ZERO_UUID = uuid.UUID(int=0)  # Kafka's Uuid.ZERO_UUID: "no topic id" in requests
-_NO_THROTTLE = datetime.timedelta(0)
 BROKER_REGISTRATION_CHANGE = versions.LEVELS["3.3-IV2"]  # Kafka fences/unfences with this record from here
 
 # Kafka's BrokerControlState: where a heartbeat takes a broker (see Controller._next_state)
@@ -542,7 +538,7 @@ class Controller:
                 answer.set_exception(exc)
             return
         for (_, answer), (results, _) in zip(batch, plans, strict=True):
-            answer.set_result(_create_response(results))
+            answer.set_result(create_response(results))
 
     def _plan_create(self, req, image: MetadataImage, order: list[int], taken: set[str]):
         """(the answer's results, the topics to write) of one CreateTopics request; a name already
@@ -554,7 +550,7 @@ class Controller:
             if error is None and t.name in taken:
                 error = ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists."
             if error is not None:
-                results.append(_topic_result(t.name, *error))
+                results.append(topic_result(t.name, *error))
                 continue
             partitions = t.num_partitions if t.num_partitions != -1 else self.config.default_partitions
             rf = t.replication_factor if t.replication_factor != -1 else self.config.default_replication_factor
@@ -758,11 +754,11 @@ class Controller:
         first: dict[tuple[str, object], int] = {}
         repeated: set[tuple[str, object]] = set()
         for i, t in enumerate(req.topics):
-            topic_id = _given_id(t.topic_id)
+            topic_id = given_id(t.topic_id)
             if t.name is None and topic_id is None:
-                slots[i] = _deleted(None, None, ErrorCode.invalid_request, "Neither topic name nor id were specified.")
+                slots[i] = deleted_result(None, None, ErrorCode.invalid_request, "Neither topic name nor id were specified.")
             elif t.name is not None and topic_id is not None:
-                slots[i] = _deleted(t.name, topic_id, ErrorCode.invalid_request,
+                slots[i] = deleted_result(t.name, topic_id, ErrorCode.invalid_request,
                                     "You may not specify both topic name and topic id.")
             else:
                 key = ("id", topic_id) if topic_id is not None else ("name", t.name)
@@ -773,21 +769,21 @@ class Controller:
         doomed: dict[uuid.UUID, tuple[str, int]] = {}  # topic id -> (name, result slot)
         for (kind, value), i in sorted(first.items(), key=lambda kv: kv[0][0] != "id"):  # ids first
             if (kind, value) in repeated:
-                slots[i] = _deleted(value if kind == "name" else None, value if kind == "id" else None,
+                slots[i] = deleted_result(value if kind == "name" else None, value if kind == "id" else None,
                                     ErrorCode.invalid_request, f"Duplicate topic {kind}.")
             elif kind == "id":
                 view = topics.topic_by_id(value)
                 if view is None:
-                    slots[i] = _deleted(None, value, ErrorCode.unknown_topic_id, "This server does not host this topic ID.")
+                    slots[i] = deleted_result(None, value, ErrorCode.unknown_topic_id, "This server does not host this topic ID.")
                 else:
                     doomed[value] = (view.name, i)
             else:
                 view = topics.topic(value)
                 if view is None:
-                    slots[i] = _deleted(value, None, ErrorCode.unknown_topic_or_partition,
+                    slots[i] = deleted_result(value, None, ErrorCode.unknown_topic_or_partition,
                                         "This server does not host this topic-partition.")
                 elif view.topic_id in doomed:
-                    slots[i] = _deleted(value, view.topic_id, ErrorCode.invalid_request,
+                    slots[i] = deleted_result(value, view.topic_id, ErrorCode.invalid_request,
                                         "The provided topic name maps to an ID that was already supplied.")
                 else:
                     doomed[view.topic_id] = (value, i)
@@ -796,8 +792,8 @@ class Controller:
                                for topic_id in doomed])
             log.info("deleted %d topic(s)", len(doomed))
         for topic_id, (name, i) in doomed.items():
-            slots[i] = _deleted(name, topic_id, ErrorCode.none, None)
-        return _delete_response([r for r in slots if r is not None])
+            slots[i] = deleted_result(name, topic_id, ErrorCode.none, None)
+        return delete_response([r for r in slots if r is not None])
 
     # -- CreatePartitions -----------------------------------------------------------------------------
 
@@ -819,17 +815,17 @@ class Controller:
                 continue
             done.add(t.name)
             if counts[t.name] > 1:
-                results.append(_partitions_result(t.name, ErrorCode.invalid_request, "Duplicate topic name."))
+                results.append(partitions_result(t.name, ErrorCode.invalid_request, "Duplicate topic name."))
                 continue
             try:
                 records.extend(self._new_partitions(t, image, pr_version, directories))
             except _Refused as refusal:
-                results.append(_partitions_result(t.name, refusal.code, refusal.message))
+                results.append(partitions_result(t.name, refusal.code, refusal.message))
                 continue
-            results.append(_partitions_result(t.name, ErrorCode.none, None))
+            results.append(partitions_result(t.name, ErrorCode.none, None))
         if records and not req.validate_only:
             await self._write(records)
-        return _partitions_response(results)
+        return partitions_response(results)
 
     def _new_partitions(self, t, image: MetadataImage, pr_version: int, directories) -> list[bytes]:
         """The PartitionRecords that take topic ``t.name`` to ``t.count`` partitions; _Refused
@@ -908,7 +904,7 @@ class Controller:
         rules = replication.rules_for(image, default_min_isr=self.config.default_min_isr)
         out, changes, written = [], [], []
         for t in req.topics:
-            topic_id = _given_id(t.topic_id)
+            topic_id = given_id(t.topic_id)
             parts: list = []
             out.append((t.topic_id, parts))
             if topic_id is None or image.topics.topic_by_id(topic_id) is None:
@@ -1061,66 +1057,22 @@ def _alter_partition_error(broker_id: int, part, pd, image: MetadataImage) -> Er
     return None
 
 
-def _given_id(topic_id) -> uuid.UUID | None:
-    """A topic id field, None when absent (null or Kafka's ZERO_UUID)."""
-    return None if topic_id is None or topic_id == _ZERO_UUID else topic_id
-
-
-def refusal(api_key: int, req, code: ErrorCode, message: str):
-    """The answer to a CreateTopics, DeleteTopics or CreatePartitions request that was not acted on:
-    ``code`` and ``message`` on every topic it names (the shape each API's clients read)."""
-    if api_key == API_CREATE_TOPICS:
-        return _create_response([_topic_result(t.name, code, message) for t in req.topics])
-    if api_key == API_DELETE_TOPICS:
-        return _delete_response([_deleted(t.name, t.topic_id, code, message) for t in req.topics])
-    if api_key == API_CREATE_PARTITIONS:
-        return _partitions_response([_partitions_result(n, code, message)
-                                     for n in dict.fromkeys(t.name for t in req.topics)])
-    raise ValueError(f"no refusal for API {api_key}")
-
-
-def _deleted(name: str | None, topic_id, code: ErrorCode, message: str | None) -> kdelete_resp.DeletableTopicResult:
-    return kdelete_resp.DeletableTopicResult(name=name, topic_id=_given_id(topic_id) or _ZERO_UUID,
-                                             error_code=code, error_message=message)
-
-
-def _delete_response(results) -> kdelete_resp.DeleteTopicsResponse:
-    return kdelete_resp.DeleteTopicsResponse(throttle_time=_NO_THROTTLE, responses=tuple(results))
-
-
-def _partitions_result(name: str, code: ErrorCode, message: str | None) -> kpartitions_resp.CreatePartitionsTopicResult:
-    return kpartitions_resp.CreatePartitionsTopicResult(name=name, error_code=code, error_message=message)
-
-
-def _partitions_response(results) -> kpartitions_resp.CreatePartitionsResponse:
-    return kpartitions_resp.CreatePartitionsResponse(throttle_time=_NO_THROTTLE, results=tuple(results))
-
-
 def _altered_error(index: int, code: ErrorCode) -> kalter_resp.PartitionData:
     return kalter_resp.PartitionData(partition_index=i32(index), error_code=code, leader_id=i32(0),
                                      leader_epoch=i32(0), isr=(), partition_epoch=i32(0))
 
 
 def _alter_response(code: ErrorCode, topics) -> kalter_resp.AlterPartitionResponse:
-    return kalter_resp.AlterPartitionResponse(throttle_time=_NO_THROTTLE, error_code=code, topics=tuple(topics))
-
-
-def _topic_result(name: str, code: ErrorCode, message: str | None) -> kcreate_resp.CreatableTopicResult:
-    return kcreate_resp.CreatableTopicResult(name=name, topic_id=None, error_code=code, error_message=message,
-                                             configs=None)
-
-
-def _create_response(results) -> kcreate_resp.CreateTopicsResponse:
-    return kcreate_resp.CreateTopicsResponse(throttle_time=_NO_THROTTLE, topics=tuple(results))
+    return kalter_resp.AlterPartitionResponse(throttle_time=NO_THROTTLE, error_code=code, topics=tuple(topics))
 
 
 def _register_response(code: ErrorCode, epoch: int = -1) -> kregister_resp.BrokerRegistrationResponse:
-    return kregister_resp.BrokerRegistrationResponse(throttle_time=_NO_THROTTLE, error_code=code,
+    return kregister_resp.BrokerRegistrationResponse(throttle_time=NO_THROTTLE, error_code=code,
                                                      broker_epoch=i64(epoch))
 
 
 def _heartbeat_response(code: ErrorCode, *, caught_up: bool = False, fenced: bool = True,
                         shut_down: bool = False) -> kheartbeat_resp.BrokerHeartbeatResponse:
-    return kheartbeat_resp.BrokerHeartbeatResponse(throttle_time=_NO_THROTTLE, error_code=code,
+    return kheartbeat_resp.BrokerHeartbeatResponse(throttle_time=NO_THROTTLE, error_code=code,
                                                    is_caught_up=caught_up, is_fenced=fenced,
                                                    should_shut_down=shut_down)

@@ -46,10 +46,6 @@ from kraftlog.engine.records import metadata as codec
 
 log = logging.getLogger("kraftlog.features")
 
-API_UPDATE_FEATURES = 57
-# (version, kio request type, kio response type): v1 is the last version with per-feature results
-# (v2 answers with one top-level error only) and the first with UpgradeType and ValidateOnly.
-UPDATE_FEATURES_API: tuple[int, type, type] = (1, kupdate_req.UpdateFeaturesRequest, kupdate_resp.UpdateFeaturesResponse)
 
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3  # UpdateFeatures v1 UpgradeType
 UPGRADE_TYPE_NAMES = {UPGRADE: "UPGRADE", SAFE_DOWNGRADE: "SAFE_DOWNGRADE", UNSAFE_DOWNGRADE: "UNSAFE_DOWNGRADE"}
@@ -363,12 +359,6 @@ def _response(results: Sequence[FeatureResult], code: ErrorCode = ErrorCode.none
 def _all_failed(updates: Sequence[FeatureUpdate], code: ErrorCode, message: str) -> kupdate_resp.UpdateFeaturesResponse:
     """A top-level error, repeated on every feature (a client may read either)."""
     return _response([FeatureResult(u.feature, code, message) for u in updates], code, message)
-
-
-def refuse_all(req: kupdate_req.UpdateFeaturesRequest, code: ErrorCode, message: str) -> kupdate_resp.UpdateFeaturesResponse:
-    """The answer to an UpdateFeatures request that was not acted on (a broker that found no
-    active controller to forward it to)."""
-    return _all_failed(_updates(req), code, message)
 
 
 def _updates(req: kupdate_req.UpdateFeaturesRequest) -> list[FeatureUpdate]:

@@ -29,15 +29,14 @@ from kio.schema.controller_registration.v0 import response as kreg_resp
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, u16
 
-from kraftlog.engine.broker.lifecycle import ControllerChannel, Listener, Retry, stop_task
 from kraftlog.engine.image import versions
 from kraftlog.engine.image.image import METADATA_VERSION, ControllerRegistration, Endpoint
+from kraftlog.engine.protocol.apis import API_CONTROLLER_REGISTRATION
+from kraftlog.engine.protocol.controller_channel import ControllerChannel, Listener, Retry, stop_task
 from kraftlog.engine.records import metadata as codec
 
 log = logging.getLogger("kraftlog.controller")
 
-API_CONTROLLER_REGISTRATION = 70
-CONTROLLER_REGISTRATION_API = (0, kreg_req.ControllerRegistrationRequest, kreg_resp.ControllerRegistrationResponse)
 
 
 def _response(code: ErrorCode, message: str | None = None) -> kreg_resp.ControllerRegistrationResponse:

@@ -44,13 +44,30 @@ class LocalCluster(abc.ABC):
         return os.path.join(self.directory, f"node{i}.err")
 
     def start(self, i: int) -> None:
+        self._launch(i)
+        self._wait_ready(i)
+
+    def start_together(self) -> None:
+        """Launch every node at once (as after a restart of all of them), then wait for each READY."""
+        try:
+            for i in self.socks:
+                self._launch(i)
+            for i in self.socks:
+                self._wait_ready(i)
+        except BaseException:
+            self.close()
+            raise
+
+    def _launch(self, i: int) -> None:
         s = self.socks[i]
         os.makedirs(self.directory, exist_ok=True)
         err = open(self._err_path(i), "a")  # noqa: SIM115 (closed when the process is reaped)
         p = subprocess.Popen(self.command(i, s.fileno()), pass_fds=(s.fileno(),), stdout=subprocess.PIPE, stderr=err)
         p.err_file = err
         self.procs[i] = p
-        line = p.stdout.readline()
+
+    def _wait_ready(self, i: int) -> None:
+        line = self.procs[i].stdout.readline()
         if not line.startswith(b"READY node=%d" % i):
             raise RuntimeError(f"node {i} did not start ({line!r}): {self.stderr_of(i)[-2000:]}")
 
@@ -109,7 +126,7 @@ async def wait_until(predicate, timeout_s: float, what: str, *, error: type[Exce
     With ``transient_errors``, a predicate that raises OSError, ClientError or TimeoutError (a node
     restarting, a connection lost) counts as not yet; without, it propagates at once. ``error``
     (naming ``what`` and the last value or failure) at the deadline."""
-    from kraftlog.engine.node.raftnode import ClientError
+    from kraftlog.engine.protocol.connection import ClientError
 
     transient = (OSError, ClientError, TimeoutError) if transient_errors else ()
     loop = asyncio.get_running_loop()

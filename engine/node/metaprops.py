@@ -27,13 +27,17 @@ import time
 import uuid
 
 from kraftlog.durable import write_atomically
-from kraftlog.engine.cli.tools.common import ToolError
+from kraftlog.engine.layout import META_PROPERTIES
 from kraftlog.engine.records.schema import uuid_from_kafka, uuid_to_kafka
+from kraftlog.errors import KraftlogError
 
-META_PROPERTIES = "meta.properties"
 VERSION = 1
 RESERVED_UUIDS_BELOW = 100  # Kafka reserves Uuid(0, n) for n < 100 (DirectoryId.reserved and friends)
 _UUID_TEXT = re.compile(r"^[A-Za-z0-9_-]{22}$")
+
+
+class MetaPropertiesError(KraftlogError):
+    """meta.properties is missing a key, unreadable, of another version, or holds a bad value."""
 
 
 def random_uuid() -> uuid.UUID:
@@ -46,14 +50,14 @@ def random_uuid() -> uuid.UUID:
 
 
 def parse_uuid(text: str, what: str) -> uuid.UUID:
-    """A Kafka uuid string (22 base64url characters) or a ToolError naming ``what``."""
+    """A Kafka uuid string (22 base64url characters) or a MetaPropertiesError naming ``what``."""
     if not _UUID_TEXT.match(text or ""):
-        raise ToolError(f"{what} {text!r} is not a Kafka uuid (22 base64url characters, as printed by "
+        raise MetaPropertiesError(f"{what} {text!r} is not a Kafka uuid (22 base64url characters, as printed by "
                         "kraftlog storage random-uuid)")
     try:
         return uuid_from_kafka(text)
     except ValueError:
-        raise ToolError(f"{what} {text!r} does not decode to 16 bytes") from None
+        raise MetaPropertiesError(f"{what} {text!r} does not decode to 16 bytes") from None
 
 
 def read(directory: str) -> dict[str, str] | None:
@@ -69,22 +73,22 @@ def read(directory: str) -> dict[str, str] | None:
                 continue
             cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
             if cut < 0:
-                raise ToolError(f"{path}: line {number} is not key=value: {line!r}")
+                raise MetaPropertiesError(f"{path}: line {number} is not key=value: {line!r}")
             props[line[:cut].strip()] = line[cut + 1:].strip()
     return props
 
 
 def check(directory: str, props: dict[str, str]) -> None:
-    """Raise ToolError unless ``props`` is a KRaft (version 1) meta.properties."""
+    """Raise MetaPropertiesError unless ``props`` is a KRaft (version 1) meta.properties."""
     path = os.path.join(directory, META_PROPERTIES)
     version = props.get("version")
     if version != str(VERSION):
-        raise ToolError(f"{path}: version {version!r} is not 1 (version 0 is a ZooKeeper-mode broker's)")
+        raise MetaPropertiesError(f"{path}: version {version!r} is not 1 (version 0 is a ZooKeeper-mode broker's)")
     for key in ("cluster.id", "node.id"):
         if key not in props:
-            raise ToolError(f"{path}: {key} is missing")
+            raise MetaPropertiesError(f"{path}: {key} is missing")
     if not props["node.id"].lstrip("-").isdigit() or int(props["node.id"]) < 0:
-        raise ToolError(f"{path}: node.id {props['node.id']!r} is not a non-negative integer")
+        raise MetaPropertiesError(f"{path}: node.id {props['node.id']!r} is not a non-negative integer")
 
 
 def write(directory: str, *, cluster_id: str, node_id: int, directory_id: str) -> str:

@@ -30,7 +30,7 @@ One socket serves everything (Kafka's wire; responses with header v1 except ApiV
     raft         Vote, BeginQuorumEpoch, EndQuorumEpoch, DescribeQuorum, Fetch, FetchSnapshot,
                  Produce (raftnode.py's client API, left as it is)
     controller   CreateTopics, DeleteTopics, CreatePartitions, AlterPartition, BrokerRegistration,
-                 BrokerHeartbeat (controller.CONTROLLER_APIS), UpdateFeatures (features.py),
+                 BrokerHeartbeat (protocol/apis.py), UpdateFeatures (features.py),
                  ControllerRegistration (controller_registration.py): controller role only; the
                  active controller writes, every other node answers NOT_CONTROLLER
     Metadata     v12, every role, from this node's own image (a lagging node answers what it has)
@@ -57,42 +57,37 @@ from kio.schema.request_header.v2.header import RequestHeader
 from kio.serial import entity_reader
 from kio.static.primitive import i16
 
-from kraftlog.engine.broker.epoch_offsets import API_OFFSETS_FOR_LEADER_EPOCH, OFFSETS_FOR_LEADER_EPOCH_API
 from kraftlog.engine.broker.epoch_offsets import answer as answer_epoch_offsets
 from kraftlog.engine.broker.forwarding import FORWARDED_APIS, Forwarder
-from kraftlog.engine.broker.lifecycle import (
-    SECURITY_PROTOCOL_PLAINTEXT,
-    SECURITY_PROTOCOL_SSL,
-    BrokerConfig,
-    BrokerLifecycle,
-    Listener,
-)
+from kraftlog.engine.broker.lifecycle import BrokerConfig, BrokerLifecycle
 from kraftlog.engine.broker.metadata_answer import answer_metadata, controller_for
-from kraftlog.engine.cli.tools.imageload import SNAPSHOT_DIRNAME  # the LMDB store in the metadata log dir
-from kraftlog.engine.controller.controller import (
-    API_METADATA,
-    CONTROLLER_APIS,
-    Controller,
-    ControllerConfig,
-    ImagePublisher,
-)
+from kraftlog.engine.controller.controller import Controller, ControllerConfig, ImagePublisher
 from kraftlog.engine.controller.features import (
-    API_UPDATE_FEATURES,
-    UPDATE_FEATURES_API,
     api_versions_feature_fields,
     handle_update_features,
     supported_features,
 )
-from kraftlog.engine.controller.registration import (
-    API_CONTROLLER_REGISTRATION,
-    CONTROLLER_REGISTRATION_API,
-    ControllerRegistrar,
-    handle_controller_registration,
-)
+from kraftlog.engine.controller.registration import ControllerRegistrar, handle_controller_registration
 from kraftlog.engine.image import versions
+from kraftlog.engine.layout import METADATA_LOG_DIRNAME, SNAPSHOT_DIRNAME
 from kraftlog.engine.node.raftnode import RaftNode, parse_voters
 from kraftlog.engine.node.raftnode import serve as serve_node
 from kraftlog.engine.protocol import older_versions
+from kraftlog.engine.protocol.apis import (
+    API_CONTROLLER_REGISTRATION,
+    API_METADATA,
+    API_OFFSETS_FOR_LEADER_EPOCH,
+    API_UPDATE_FEATURES,
+    CONTROLLER_APIS,
+    CONTROLLER_REGISTRATION_API,
+    OFFSETS_FOR_LEADER_EPOCH_API,
+    UPDATE_FEATURES_API,
+)
+from kraftlog.engine.protocol.controller_channel import (
+    SECURITY_PROTOCOL_PLAINTEXT,
+    SECURITY_PROTOCOL_SSL,
+    Listener,
+)
 from kraftlog.engine.snapshot.store import SnapshotStore
 from kraftlog.errors import KraftlogError
 from kraftlog.raft import wire
@@ -102,7 +97,6 @@ from kraftlog.raft.core import RaftConfig
 
 log = logging.getLogger("kraftlog.node")
 
-METADATA_LOG_DIRNAME = "__cluster_metadata-0"  # as engine/cli/tools/common.py names it
 ROLE_CONTROLLER, ROLE_BROKER = "controller", "broker"
 # what a node serves beyond raft: a controller all of these; a broker Metadata and
 # OffsetsForLeaderEpoch, and forwards the clients' controller APIs and DescribeQuorum to the
@@ -547,7 +541,6 @@ class MetadataNode(RaftNode):
 def check_directory(directory: str, node_id: int, cluster_id: str | None) -> tuple[str, dict[str, str]]:
     """(cluster id, meta.properties) of a formatted ``directory`` whose meta.properties carries
     ``node_id``; NodeError otherwise (one line naming the problem and the fix)."""
-    from kraftlog.engine.cli.tools.common import ToolError
     from kraftlog.engine.node import metaprops
 
     if not os.path.isdir(directory):
@@ -559,7 +552,7 @@ def check_directory(directory: str, node_id: int, cluster_id: str | None) -> tup
             raise NodeError(f"{directory} is not formatted (no meta.properties); format it with: kraftlog storage "
                             f"format --cluster-id $(kraftlog storage random-uuid) --node-id {node_id} --dir {directory}")
         metaprops.check(directory, props)
-    except ToolError as exc:
+    except metaprops.MetaPropertiesError as exc:
         raise NodeError(str(exc)) from None
     if props.get("node.id") != str(node_id):
         raise NodeError(f"{directory} was formatted for node.id {props.get('node.id')}, not --node-id {node_id}")

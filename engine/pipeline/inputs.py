@@ -27,13 +27,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kraftlog.engine.layout import META_PROPERTIES
 from kraftlog.engine.records import batch
 from kraftlog.errors import KraftlogError
 
 SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
 CHECKPOINT_RE = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 LOG_START_CHECKPOINT_NAME = "log-start-offset-checkpoint"
-META_PROPERTIES_NAME = "meta.properties"
 SPLIT_BYTES = 32 << 20  # default byte size of one input partition (each task costs ~0.1 s of fixed overhead)
 FLEET_DEPTH_MAX = 2  # how deep a fleet directory is searched for log directories
 
@@ -92,7 +92,7 @@ def cluster_name(directory: str) -> str:
     directory = os.path.abspath(directory)
     parent = os.path.dirname(directory)
     for where in (directory, parent):
-        props_path = os.path.join(where, META_PROPERTIES_NAME)
+        props_path = os.path.join(where, META_PROPERTIES)
         if os.path.isfile(props_path):
             cluster_id = read_properties(props_path).get("cluster.id")
             if cluster_id:

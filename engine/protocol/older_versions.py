@@ -34,7 +34,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.delete_topics.v6 import request as kdelete_req
 from kio.schema.errors import ErrorCode
 
-from kraftlog.engine.controller.controller import (
+from kraftlog.engine.protocol.apis import (
     API_CREATE_PARTITIONS,
     API_CREATE_TOPICS,
     API_DELETE_TOPICS,

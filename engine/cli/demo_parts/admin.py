@@ -1,6 +1,6 @@
 """The demo's Kafka client side: CreateTopics to the active controller, Metadata from any node.
 
-Plain Kafka requests over `raftnode._ClientConnection` (kio types): what an admin client and a
+Plain Kafka requests over `raftnode.ClientConnection` (kio types): what an admin client and a
 metadata client send. Metadata answers are read with ``EpochMetadataResponse``, which declares our
 KIP-232 tagged fields (topic epochs, the answering image's offset): the offset says how far a node
 has replayed, which is how the tour tells that a broker has caught up.
@@ -16,9 +16,9 @@ from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import request as md_req
 from kio.static.primitive import i16, i32
 
-from kraftlog.engine.broker.metadata_answer import EpochMetadataResponse
 from kraftlog.engine.cli.demo_parts.errors import QuorumError
-from kraftlog.engine.node.raftnode import ClientError, _ClientConnection
+from kraftlog.engine.protocol.connection import ClientConnection, ClientError
+from kraftlog.engine.protocol.metadata_response import EpochMetadataResponse
 
 API_METADATA, API_CREATE_TOPICS = 3, 19
 REQUEST_TIMEOUT_S = 60.0
@@ -30,12 +30,12 @@ class Admin:
 
     def __init__(self, cluster):
         self.cluster = cluster
-        self._conns: dict[int, _ClientConnection] = {}
+        self._conns: dict[int, ClientConnection] = {}
 
-    async def conn(self, node_id: int) -> _ClientConnection:
+    async def conn(self, node_id: int) -> ClientConnection:
         conn = self._conns.get(node_id)
         if conn is None or not conn.alive:
-            conn = self._conns[node_id] = _ClientConnection(*self.cluster.address(node_id))
+            conn = self._conns[node_id] = ClientConnection(*self.cluster.address(node_id))
             await conn.open()
         return conn
 

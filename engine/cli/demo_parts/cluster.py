@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from kraftlog.engine.cli.demo_parts.datadir import node_dir_name
 from kraftlog.engine.cli.demo_parts.errors import NodeStartError
+from kraftlog.engine.layout import METADATA_LOG_DIRNAME
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ LISTEN_BACKLOG = 128
 SESSION_TIMEOUT_MS = 2000  # a broker silent this long is fenced (Kafka: 9000; shorter for the tour)
 HEARTBEAT_INTERVAL_MS = 300
 SNAPSHOT_MAX_NEW_BYTES = 2 << 20  # every node snapshots after this much new log (Kafka: 20 MiB)
-METADATA_LOG = "__cluster_metadata-0"
+METADATA_LOG = METADATA_LOG_DIRNAME  # the metadata log directory in each node's directory
 STDERR_NAME = "node.stderr"
 STDERR_TAIL_BYTES = 4096  # read from the end of a node's stderr to quote its last line
 

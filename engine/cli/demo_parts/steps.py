@@ -126,7 +126,7 @@ async def create_topics(t: Tour, names: list[str], partitions: int, description:
     """CreateTopics through the active controller, TOPICS_PER_REQUEST per request and
     CREATE_WINDOW in flight; returns the seconds it took."""
     from kraftlog.engine.cli.tools.progress import rate
-    from kraftlog.engine.node.raftnode import ClientError
+    from kraftlog.engine.protocol.connection import ClientError
 
     chunks = [names[i:i + TOPICS_PER_REQUEST] for i in range(0, len(names), TOPICS_PER_REQUEST)]
     done = 0

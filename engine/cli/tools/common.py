@@ -18,12 +18,12 @@ import os
 import sys
 from collections.abc import Callable
 
+from kraftlog.engine.layout import METADATA_LOG_DIRNAME
 from kraftlog.errors import KraftlogError
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
 # Kafka keeps the metadata log in this partition directory under a log dir (log.dirs /
 # metadata.log.dir); the tools accept either that log dir or the partition directory itself.
-METADATA_LOG_DIRNAME = "__cluster_metadata-0"
 REPAIR_HINT = "kraftlog log repair {dir} --truncate-at-first-corruption"
 
 

@@ -201,11 +201,11 @@ async def _ask(addresses: list[tuple[str, int]], api_key: int, version: int, bod
                header_v0: bool, timeout_ms: int, accept, ssl_context=None) -> object:
     """Send the request to each address in turn; the first response ``accept(resp)`` takes (returns
     None) is returned, else its reason is noted and the next address tried."""
-    from kraftlog.engine.node.raftnode import _ClientConnection
+    from kraftlog.engine.protocol.connection import ClientConnection
 
     tried = []
     for host, port in addresses:
-        conn = _ClientConnection(host, port, ssl_context=ssl_context)
+        conn = ClientConnection(host, port, ssl_context=ssl_context)
         try:
             await asyncio.wait_for(conn.open(), timeout_ms / 1000)
             resp = await asyncio.wait_for(conn.request(api_key, version, body, response_type, header_v0=header_v0),

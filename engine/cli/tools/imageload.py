@@ -31,11 +31,11 @@ from kraftlog.engine.cli.tools.common import (
 from kraftlog.engine.cli.tools.progress import ProgressBar, rate
 from kraftlog.engine.image.image import MetadataImage
 from kraftlog.engine.image.loader import Loader, LoadManifest
+from kraftlog.engine.layout import SNAPSHOT_DIRNAME
 from kraftlog.engine.records import batch as batch_codec
 from kraftlog.errors import KraftlogError
 
-REGION_BYTES = 16 << 20
-SNAPSHOT_DIRNAME = "snapshots"  # a node's LMDB snapshot store inside its metadata log directory  # bytes of whole batches per loader step (and per progress update)
+REGION_BYTES = 16 << 20  # bytes of whole batches per loader step (and per progress update)
 CHECKPOINT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 
 

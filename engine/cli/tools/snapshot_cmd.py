@@ -38,8 +38,8 @@ from kraftlog.engine.cli.tools.common import (
     show_progress,
     warn,
 )
+from kraftlog.engine.layout import SNAPSHOT_DIRNAME
 
-SNAPSHOT_DIRNAME = "snapshots"  # as engine/node/node.py and tools/imageload.py name the store's directory
 LMDB_DATA_NAME, LMDB_LOCK_NAME = "data.mdb", "lock.mdb"
 EXPORT_CHECK_BYTES = 8 << 20  # bytes of the exported file read per step when checking its CRC
 _ID_TEXT = re.compile(r"^(\d{1,20})-(\d{1,10})(?:\.checkpoint)?$")

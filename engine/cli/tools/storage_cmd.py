@@ -20,8 +20,7 @@ from kraftlog.engine.cli.tools.common import (
     is_segment_name,
     pipe_safe,
 )
-
-META_PROPERTIES = "meta.properties"  # the same name as metaprops.META_PROPERTIES (imported lazily)
+from kraftlog.engine.layout import META_PROPERTIES
 
 
 class NotFormattedError(ToolError):
