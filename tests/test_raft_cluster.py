@@ -123,10 +123,7 @@ def test_graceful_stop_hands_over_and_garbage_closes_one_connection(cluster):
             assert "closing connection" in cluster.stderr_of(follower)
 
             old = dq.leader_id
-            p = cluster.procs.pop(old)
-            p.send_signal(signal.SIGTERM)
-            assert p.wait(10) == 0
-            p.err_file.close()
+            assert cluster.kill(old, signal.SIGTERM) == 0
             client2 = RaftClient(cluster.voters)
             start = time.monotonic()
             await client2.propose([b"z"], timeout_ms=15_000)
@@ -158,10 +155,7 @@ def test_a_voter_that_cannot_write_its_quorum_state_stops_with_one_line(cluster)
             os.remove(state)
             os.mkdir(state)  # a non-empty directory: the atomic rename onto it fails (EISDIR)
             open(os.path.join(state, "keep"), "w").close()
-            p = cluster.procs.pop(dq.leader_id)  # a graceful stop: the next epoch starts at once
-            p.send_signal(signal.SIGTERM)
-            assert p.wait(10) == 0
-            p.err_file.close()
+            assert cluster.kill(dq.leader_id, signal.SIGTERM) == 0  # a graceful stop: the next epoch starts at once
             failed = cluster.procs.pop(broken)
             code = await asyncio.get_running_loop().run_in_executor(None, failed.wait, 60)
             failed.err_file.close()

@@ -79,11 +79,13 @@ class LocalCluster(abc.ABC):
             self.close()
             raise
 
-    def kill(self, i: int, sig: int = signal.SIGKILL) -> None:
+    def kill(self, i: int, sig: int = signal.SIGKILL) -> int:
+        """Send ``sig`` to node ``i`` and reap it: its exit code."""
         p = self.procs.pop(i)
         p.send_signal(sig)
-        p.wait(10)
+        code = p.wait(10)
         p.err_file.close()
+        return code
 
     def stop_all(self, timeout_s: float = 15) -> dict[int, int]:
         """SIGTERM every node (a leader resigns first) and wait: node id -> exit code."""
