@@ -735,24 +735,27 @@ class RaftCore:
             self._listener_next = snapshot_id.offset
         budget = self.config.deliveries_max_batches
         records_left = self.config.deliveries_max_records
-        while self._listener_next < self._hw and budget > 0 and records_left > 0:
+        hw, deliveries, at = self._hw, self._deliveries, self._listener_next  # locals: one pass per batch
+        while at < hw and budget > 0 and records_left > 0:
             want = min(self.config.deliveries_read_bytes, budget * self._delivered_batch_bytes + _READ_SLACK_BYTES)
-            batches = self.log.read(self._listener_next, want)
+            batches = self.log.read(at, want)
             used = used_bytes = 0
             for b in batches:
-                if b.next_offset > self._hw or budget == 0 or records_left <= 0:
+                count = len(b.records)
+                if b.base_offset + count > hw or budget == 0 or records_left <= 0:
                     break
-                if b.base_offset != self._listener_next:
-                    raise SafetyViolationError(f"node {self.node_id}: delivery gap at {self._listener_next}")
-                self._deliveries.append(Commit(b))
-                self._listener_next = b.next_offset
+                if b.base_offset != at:
+                    raise SafetyViolationError(f"node {self.node_id}: delivery gap at {at}")
+                deliveries.append(Commit(b))
+                at += count
                 budget -= 1
-                records_left -= len(b.records)
+                records_left -= count
                 used += 1
                 used_bytes += b.size_bytes()
             if not used:
                 break
             self._delivered_batch_bytes = max(1, used_bytes // used)
+        self._listener_next = at
         self._notify_leader_change()
         return self._listener_next < self._hw and (budget == 0 or records_left <= 0)
 

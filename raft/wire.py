@@ -75,9 +75,6 @@ from kio.static.primitive import Records, i16, i32, i64
 from kraftlog.engine.records import batch as batch_codec
 from kraftlog.engine.records.layout import (
     CONTROL_BIT,
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    MIN_BATCH_LENGTH,
 )
 from kraftlog.engine.records.metadata import encode_control
 from kraftlog.errors import CorruptRecordError
@@ -110,9 +107,6 @@ API_FETCH_SNAPSHOT = 59
 
 SIZE = struct.Struct(">i")  # the frame's size prefix
 _HEADER_KEY = struct.Struct(">hhi")  # request_api_key i16 | request_api_version i16 | correlation_id i32
-_BATCH_FIELDS = struct.Struct(">qii")  # baseOffset i64 | batchLength i32 | partitionLeaderEpoch i32
-_ATTRIBUTES = struct.Struct(">hi")  # attributes i16 | lastOffsetDelta i32 (at byte 21)
-_RECORD_COUNT = struct.Struct(">i")  # recordCount i32 (at byte 57)
 
 
 class WireFormatError(RaftError):
@@ -298,12 +292,9 @@ class WireBatch(LogBatch):
     __slots__ = ("raw",)
 
     @classmethod
-    def of(cls, raw) -> WireBatch:
-        """Wrap one whole batch (header already checked by split_batches)."""
-        base, _, epoch = _BATCH_FIELDS.unpack_from(raw, 0)
-        attributes, _ = _ATTRIBUTES.unpack_from(raw, 21)
-        (count,) = _RECORD_COUNT.unpack_from(raw, 57)
-        b = cls(base, epoch, LazyRecords(raw, count), bool(attributes & CONTROL_BIT))
+    def of(cls, raw, base_offset: int, epoch: int, record_count: int, control: bool) -> WireBatch:
+        """Wrap one whole batch whose header split_batches read."""
+        b = cls(base_offset, epoch, LazyRecords(raw, record_count), control)
         object.__setattr__(b, "raw", raw)
         return b
 
@@ -315,24 +306,26 @@ class WireBatch(LogBatch):
 def split_batches(buf, *, what: str = "records") -> tuple[WireBatch, ...]:
     """Cut a buffer of whole record batches v2 into WireBatches (zero copy when ``buf`` is a
     memoryview). Checks framing only (magic, lengths, lastOffsetDelta + 1 == recordCount, whole
-    batches); CRCs are checked when the records are decoded or appended to the engine log."""
+    batches); CRCs are checked when the records are decoded or appended to the engine log.
+
+    The headers are walked by the native scanner in one pass (a follower's 8 MiB Fetch answer
+    holds ~100,000 one-record batches: a Python walk cost ~8 us a batch); what is left per batch
+    is making its object."""
     view = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf
-    out, pos, end = [], 0, len(view)
-    while pos < end:
-        if end - pos < HEADER_SIZE:
-            raise CorruptRecordError(f"{what}: {end - pos} bytes cannot hold a batch header", position=pos)
-        _, length, _ = _BATCH_FIELDS.unpack_from(view, pos)
-        size = LOG_OVERHEAD + length
-        if length < MIN_BATCH_LENGTH or pos + size > end or view[pos + 16] != 2:
-            raise CorruptRecordError(f"{what}: bad batch length {length} or magic", position=pos)
-        _, delta = _ATTRIBUTES.unpack_from(view, pos + 21)
-        (count,) = _RECORD_COUNT.unpack_from(view, pos + 57)
-        if delta < 0 or count != delta + 1:
-            # raft batches are dense: one offset per record (nothing compacted away)
-            raise CorruptRecordError(f"{what}: recordCount {count} with lastOffsetDelta {delta}", position=pos)
-        out.append(WireBatch.of(view[pos:pos + size]))
-        pos += size
-    return tuple(out)
+    scan = batch_codec.scan_batches(view, 0, len(view), verify_crc=False)
+    if scan.error_position is not None:
+        raise CorruptRecordError(f"{what}: {scan.error_reason}", position=scan.error_position)
+    bases, counts, positions = scan.base_offsets, scan.record_counts, scan.positions
+    dense = scan.last_offsets - bases + 1 == counts  # raft batches: one offset per record, nothing compacted
+    if not dense.all():
+        k = int(dense.argmin())
+        raise CorruptRecordError(f"{what}: recordCount {int(counts[k])} with lastOffsetDelta "
+                                 f"{int(scan.last_offsets[k] - bases[k])}", position=int(positions[k]))
+    make = WireBatch.of
+    return tuple(make(view[at:at + size], base, epoch, count, bool(attributes & CONTROL_BIT))
+                 for base, epoch, count, attributes, at, size in zip(
+                     bases.tolist(), scan.partition_leader_epochs.tolist(), counts.tolist(), scan.attributes.tolist(),
+                     positions.tolist(), scan.size_bytes.tolist(), strict=True))
 
 
 def leader_change_value(payload: bytes) -> bytes:
