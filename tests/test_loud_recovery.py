@@ -61,3 +61,43 @@ def test_a_node_whose_quorum_state_is_gone_warns_that_it_forgot_its_vote(tmp_pat
     caplog.clear()
     RaftNode(2, voters, str(tmp_path / "fresh")).log.close()  # a fresh node has nothing to forget
     assert not [r for r in caplog.records if r.name == "kraftlog.raftnode"]
+
+
+def test_an_index_entry_pointing_to_the_wrong_batch_is_not_trusted_and_does_not_survive(tmp_path, caplog):
+    """A clean-looking index (monotonic, in range) whose entry points into the middle of its
+    batch: reads still return the right batches (they used to fail on a "malformed header"), one
+    WARNING names the entry, the close does not vouch for the index, and the next open rebuilds
+    it (no warning after)."""
+    import struct
+
+    from kraftlog.engine.log.log import LogConfig
+
+    caplog.set_level(logging.INFO, logger="kraftlog.log")
+    config = LogConfig(**{**RAFT_LOG_CONFIG.__dict__, "index_interval_bytes": 0})  # an entry per batch
+    log = Log(tmp_path, config)
+    log.initialize_leader_epoch(1)
+    for i in range(8):
+        log.append_as_leader([b"v%d" % i], epoch=1)
+    log.flush()
+    expected = bytes(log.read(3, 1 << 20).records)
+    log.close()
+    (index,) = [p for p in os.listdir(tmp_path) if p.endswith(".index")]
+    entries = bytearray((tmp_path / index).read_bytes())
+    relative, position = struct.unpack_from(">ii", entries, 8 * 2)  # the entry a read at offset 3 uses
+    assert relative == 3
+    other = position + 1
+    struct.pack_into(">ii", entries, 8 * 2, relative, other)  # still between its neighbours' positions
+    (tmp_path / index).write_bytes(bytes(entries))
+
+    log = Log(tmp_path, config)  # clean marker: the index is loaded as it is
+    assert bytes(log.read(3, 1 << 20).records) == expected
+    log.close()
+    (line,) = _messages(caplog, logging.WARNING)
+    assert f"index entry (offset {relative} -> position {other})" in line
+    assert not (tmp_path / CLEAN_SHUTDOWN_NAME).exists()
+    caplog.clear()
+    log = Log(tmp_path, config)  # recovered: indexes rebuilt from the log
+    assert bytes(log.read(3, 1 << 20).records) == expected
+    log.close()
+    assert not _messages(caplog, logging.WARNING)
+    assert struct.unpack_from(">ii", (tmp_path / index).read_bytes(), 8 * 2) == (relative, position)

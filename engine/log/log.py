@@ -976,16 +976,20 @@ class Log:
     def close(self) -> None:
         """Flush, trim the indexes, and mark the directory clean; idempotent.
 
-        If the log is offline (an earlier write failed) it closes without the clean marker, so
-        the next open recovers.
+        If the log is offline (an earlier write failed), or an index entry was found pointing to
+        the wrong batch, it closes without the clean marker, so the next open recovers (and
+        rebuilds the indexes).
         """
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             try:
-                if self._offline is None:
+                if self._offline is None and not any(seg.index_mismatch for seg in self._segments):
                     self._close_cleanly()
+                elif self._offline is None:  # durable, but the marker would vouch for a wrong index
+                    self._index_pending()
+                    self._sync_all()
             except OSError as exc:
                 raise LogStorageError(f"closing {self.directory} failed: {exc.strerror or exc}; the next open "
                                       "will recover", path=self.directory, errno=exc.errno) from exc

@@ -17,11 +17,13 @@ Deleting a segment is an unlink, which mapped views survive the same way.
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 
 from kraftlog.engine.log.fs import FileSystem
 from kraftlog.engine.log.index import OffsetIndex, TimeIndex, find_batch, read_span, walk_batches
+from kraftlog.engine.records.layout import HEADER_SIZE, LAST_OFFSET_DELTA_OFFSET
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -29,6 +31,8 @@ TIME_INDEX_SUFFIX = ".timeindex"
 SWAP_SUFFIX = ".swap"
 DELETED_SUFFIX = ".deleted"
 _BASE_OFFSET = struct.Struct(">q")
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_log = logging.getLogger("kraftlog.log")
 
 
 def _descriptor(handle) -> int | None:
@@ -79,6 +83,7 @@ class Segment:
         self.offset_of_max_timestamp = -1
         self.bytes_since_last_index_entry = 0
         self.first_append_ms: int | None = None
+        self.index_mismatch = False  # an index entry pointed to the wrong batch: do not vouch for it at close
         self.dirty = False  # bytes written since the last fsync (or, after a crash, maybe never fsynced)
         self.indexes_writable = False  # both made writable by prepare_write (cleared by seal)
         self._map = None
@@ -115,11 +120,33 @@ class Segment:
         return len(data)
 
     def position_of(self, offset: int) -> int:
-        """Position of the first batch whose last offset is >= ``offset`` (``size`` if none)."""
-        _, position = self.offset_index.lookup(offset)
+        """Position of the first batch whose last offset is >= ``offset`` (``size`` if none).
+
+        An index entry (last offset of a batch -> its position) is checked against the batch it
+        points to before it is trusted: a wrong position would silently skip or repeat batches.
+        One that does not match is logged, the search starts at the segment's first batch, and
+        ``index_mismatch`` keeps the log from vouching for its indexes at close (the next open
+        rebuilds them)."""
+        entry, position = self.offset_index.lookup(offset)
         if position >= self.size:
             position = 0  # an index entry past the valid bytes cannot be used
+        elif position and not self._ends_at(position, entry):
+            if not self.index_mismatch:
+                _log.warning("%s: index entry (offset %d -> position %d) does not point to a batch ending at that "
+                             "offset; searching from the segment start, the indexes are rebuilt at the next open",
+                             self.log_path, entry, position)
+            self.index_mismatch = True
+            position = 0
         return find_batch(self.buffer(), position, self.size, offset)
+
+    def _ends_at(self, position: int, last_offset: int) -> bool:
+        """Whether a batch header at ``position`` says its last offset is ``last_offset``."""
+        if position + HEADER_SIZE > self.size:
+            return False
+        buf = self.buffer()
+        (base,) = _BASE_OFFSET.unpack_from(buf, position)
+        (delta,) = _LAST_OFFSET_DELTA.unpack_from(buf, position + LAST_OFFSET_DELTA_OFFSET)
+        return base + delta == last_offset
 
     def read(self, offset: int, max_bytes: int, limit_offset: int, min_one: bool) -> tuple[memoryview, int]:
         """Whole batches from the one holding ``offset``: (view, position). Empty view if none."""
