@@ -53,7 +53,7 @@ from kraftlog.raft.messages import (
     VoteResponse,
 )
 from kraftlog.raft.metrics import RaftMetrics
-from kraftlog.raft.ready import Commit, LeaderChangeNotice, LoadSnapshot, Ready
+from kraftlog.raft.ready import Commit, CommitRun, LeaderChangeNotice, LoadSnapshot, Ready
 from kraftlog.raft.state import NodeState, QuorumState, Role
 from kraftlog.raft.types import (
     NO_EPOCH,
@@ -739,6 +739,19 @@ class RaftCore:
         while at < hw and budget > 0 and records_left > 0:
             want = min(self.config.deliveries_read_bytes, budget * self._delivered_batch_bytes + _READ_SLACK_BYTES)
             batches = self.log.read(at, want)
+            take = getattr(batches, "take", None)
+            if take is not None:  # a run with its headers in arrays (raft/wire.py BatchRun): in bulk
+                k = take(hw, budget, records_left)
+                if not k:
+                    break
+                run = batches[:k]
+                if run.base_offset != at:
+                    raise SafetyViolationError(f"node {self.node_id}: delivery gap at {at}")
+                deliveries.append(CommitRun(run))
+                records = run.record_count
+                at, budget, records_left = run.next_offset, budget - k, records_left - records
+                self._delivered_batch_bytes = max(1, len(run.raw) // k)
+                continue
             used = used_bytes = 0
             for b in batches:
                 count = len(b.records)
@@ -1130,7 +1143,9 @@ class RaftCore:
                     return
                 self.log.append_as_follower(batches, s.epoch)
                 self._flush = True
-                self.metrics.fetch_records.record(now, sum(len(b.records) for b in batches))
+                count = getattr(batches, "record_count", None)
+                self.metrics.fetch_records.record(now, count if count is not None else
+                                                  sum(len(b.records) for b in batches))
             # Only a validated answer proves our log is a prefix of the leader's, so only then
             # may the leader's high watermark mark our records committed.
             self._follower_high_watermark(resp.high_watermark)
@@ -1279,7 +1294,11 @@ def _with_voter(request: VoteRequest, voter_id: int) -> VoteRequest:
 def _committed_prefix(batches: tuple, hw: int) -> tuple:
     """The leading batches that end at or below ``hw`` (a batch is never cut: raft moves whole
     batches, and the HW sits on batch ends)."""
-    n = 0
-    while n < len(batches) and batches[n].next_offset <= hw:
-        n += 1
+    take = getattr(batches, "take", None)
+    if take is not None:
+        n = take(hw, len(batches), 1 << 62)
+    else:
+        n = 0
+        while n < len(batches) and batches[n].next_offset <= hw:
+            n += 1
     return batches if n == len(batches) else batches[:n]

@@ -31,6 +31,7 @@ when the listener has it (a state machine applies them in bulk), else one ``hand
 from __future__ import annotations
 
 import errno
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kraftlog.raft.messages import Envelope, FetchResponse
@@ -48,12 +49,20 @@ class Commit:
 
 
 @dataclass(frozen=True, slots=True)
+class CommitRun:
+    """Consecutive committed batches delivered at once, from a log whose reads come as runs
+    (raft/wire.py BatchRun: ``raw`` is their bytes, ``next_offset`` where they end)."""
+
+    batches: Sequence[LogBatch]
+
+
+@dataclass(frozen=True, slots=True)
 class LeaderChangeNotice:
     leader_id: int
     epoch: int
 
 
-Delivery = LoadSnapshot | Commit | LeaderChangeNotice
+Delivery = LoadSnapshot | Commit | CommitRun | LeaderChangeNotice
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,17 +102,24 @@ def execute_ready(ready: Ready, *, quorum_store, log, channel, listener, snapsho
 
 def deliver(deliveries: tuple[Delivery, ...], listener, snapshots) -> None:
     """Hand ``deliveries`` to ``listener`` in order; a run of consecutive commits goes to
-    ``listener.handle_commits`` in one call when the listener has that method."""
+    ``listener.handle_commits`` in one call when the listener has that method, and a CommitRun
+    to ``listener.handle_commit_run`` (else as its batches)."""
     in_bulk = getattr(listener, "handle_commits", None)
+    as_run = getattr(listener, "handle_commit_run", None)
     run: list[LogBatch] = []
     for item in deliveries:
         if type(item) is Commit:
             run.append(item.batch)
             continue
+        if type(item) is CommitRun and as_run is None:
+            run.extend(item.batches)
+            continue
         if run:
             _commit(run, listener, in_bulk)
             run = []
-        if type(item) is LoadSnapshot:
+        if type(item) is CommitRun:
+            as_run(item.batches)
+        elif type(item) is LoadSnapshot:
             listener.handle_load_snapshot(item.snapshot_id, snapshots)
         else:
             listener.handle_leader_change(item.leader_id, item.epoch)

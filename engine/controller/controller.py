@@ -170,7 +170,7 @@ class ImagePublisher:
         columns = loader_decode(raw)
         levels = columns.offsets[columns.api_keys == API_FEATURE_LEVEL]
         if not len(levels):
-            self._replay_run(batches, columns, len(raw))
+            self._replay_run(batches[-1].next_offset, columns, len(raw))
             return
         bases = np.fromiter((b.base_offset for b in batches), dtype=np.int64, count=len(batches))
         start = 0
@@ -180,14 +180,24 @@ class ImagePublisher:
             start = k + 1
         self._replay_batches(batches[start:])
 
+    def handle_commit_run(self, run) -> None:
+        """A run delivered as one buffer (raft/wire.py BatchRun): replayed from its bytes as they
+        lie in the log, without a per-batch object; as handle_commits when it changes a feature."""
+        raw = run.raw
+        columns = loader_decode(raw)
+        if (columns.api_keys == API_FEATURE_LEVEL).any():
+            self.handle_commits(list(run))
+            return
+        self._replay_run(run.next_offset, columns, len(raw))
+
     def _replay_batches(self, batches) -> None:
         if batches:
             raw = b"".join(b.raw for b in batches)
-            self._replay_run(batches, loader_decode(raw), len(raw))
+            self._replay_run(batches[-1].next_offset, loader_decode(raw), len(raw))
 
-    def _replay_run(self, batches, columns, size_bytes: int) -> None:
+    def _replay_run(self, next_offset: int, columns, size_bytes: int) -> None:
         self.loader.replay_decoded(columns)
-        self._advance(batches[-1].next_offset)
+        self._advance(next_offset)
         self._applied_in_bulk(size_bytes)
 
     def _applied_in_bulk(self, size_bytes: int) -> None:

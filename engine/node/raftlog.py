@@ -40,6 +40,8 @@ import os
 import re
 from collections.abc import Sequence
 
+import numpy as np
+
 from kraftlog.durable import replace_durably
 from kraftlog.engine.log.errors import OffsetOutOfRangeError
 from kraftlog.engine.log.log import Log, LogConfig
@@ -47,7 +49,7 @@ from kraftlog.engine.records import batch as batch_codec
 from kraftlog.errors import CorruptRecordError
 from kraftlog.raft.protocols import LogAppendInfo
 from kraftlog.raft.types import LogBatch, OffsetAndEpoch
-from kraftlog.raft.wire import encode_batch, leader_change_value, split_batches
+from kraftlog.raft.wire import encode_batches, leader_change_value, split_batches
 
 RAFT_LOG_CONFIG = LogConfig(flush_interval_messages=None, flush_interval_ms=None)
 
@@ -91,11 +93,22 @@ class EngineRaftLog:
 
     def append_as_follower(self, batches: Sequence[LogBatch], epoch: int) -> LogAppendInfo:
         last_epoch = self.last_fetched_epoch()
-        for b in batches:
-            if b.epoch < last_epoch or b.epoch > epoch or not len(b.records):
-                raise ValueError(f"bad follower batch at {b.base_offset} epoch {b.epoch} (log epoch {last_epoch}, "
-                                 f"leader epoch {epoch})")
-            last_epoch = b.epoch
+        # epochs never go down along the log nor above the leader's; no batch is empty
+        run_epochs = getattr(batches, "epochs", None)
+        if run_epochs is not None:  # a BatchRun (raft/wire.py): checked on its header arrays
+            bad = (np.diff(run_epochs, prepend=last_epoch) < 0) | (run_epochs > epoch) | (batches.counts <= 0)
+            first_bad = int(bad.argmax()) if bad.any() else -1
+        else:
+            first_bad = -1
+            for k, b in enumerate(batches):
+                if b.epoch < last_epoch or b.epoch > epoch or not len(b.records):
+                    first_bad = k
+                    break
+                last_epoch = b.epoch
+        if first_bad >= 0:
+            b = batches[first_bad]
+            raise ValueError(f"bad follower batch at {b.base_offset} epoch {b.epoch} (log epoch "
+                             f"{self.last_fetched_epoch()}, leader epoch {epoch})")
         # A Fetch answer may carry fetch_max_bytes of small batches (8 MiB: ~90,000 one-record
         # batches), more than one log append takes (max_batches_per_append): append in slices, so
         # a follower any distance behind catches up. A slice that fails leaves the earlier ones
@@ -103,7 +116,7 @@ class EngineRaftLog:
         step = self.log.config.max_batches_per_append
         first = None
         for at in range(0, len(batches), step):
-            info = self.log.append_as_follower(b"".join(encode_batch(b) for b in batches[at:at + step]))
+            info = self.log.append_as_follower(encode_batches(batches[at:at + step]))
             first = info.first_offset if first is None else first
         if first is None:
             raise ValueError("an append needs at least one batch")
