@@ -135,6 +135,13 @@ def _commit(batches: list[LogBatch], listener, in_bulk) -> None:
         listener.handle_commit(batch)
 
 
+def storage_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is the storage failing (an OSError, or the engine's LogStorageError, both
+    carrying ``errno``), as opposed to data refused as invalid (a peer's bad batch: ValueError,
+    CorruptRecordError), which costs only that peer's connection."""
+    return isinstance(exc, OSError) or hasattr(exc, "errno")
+
+
 def out_of_space(exc: BaseException) -> bool:
     """Whether ``exc`` is a full disk (the engine's LogStorageError and a bare OSError carry
     ``errno``): the one storage fault a node survives (see raft/aio/driver.py for the policy)."""

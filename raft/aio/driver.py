@@ -39,8 +39,10 @@ promised must not go on promising):
     follower append out of space one WARNING line per Fetch answer it could not take; nothing was
                                  appended or promised, so it goes on fetching and catches up once
                                  space returns
-    anything else in a pass      (a failed flush or quorum-state write, another append error, a
-                                 listener that raised) the driver stops: one CRITICAL line, every
+    a peer's invalid data        (a bad batch in a Fetch answer) raised to the transport, which
+                                 closes that connection with one ERROR line; the follower fetches again
+    anything else                (a failed flush or quorum-state write, another storage error on
+                                 an append, a listener that raised) the driver stops: one CRITICAL line, every
                                  waiter fails, ``failure`` holds the error and ``on_fatal(error)`` is
                                  called; the process must exit non-zero (raftnode.serve does), never
                                  live on with a dead driver
@@ -56,7 +58,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kraftlog.raft.messages import Envelope
-from kraftlog.raft.ready import execute_ready, out_of_space
+from kraftlog.raft.ready import execute_ready, out_of_space, storage_failure
 from kraftlog.raft.state import Role
 from kraftlog.raft.types import NO_ID, Errors, NotLeaderError
 
@@ -172,7 +174,9 @@ class RaftDriver:
             return
         try:
             self.core.step(env)
-        except Exception as exc:  # noqa: BLE001 - decided here (see the docstring)
+        except Exception as exc:
+            if not storage_failure(exc):
+                raise  # invalid data from a peer: the transport closes that connection (one ERROR line)
             if not out_of_space(exc):
                 self._die(exc)
                 return
