@@ -303,3 +303,43 @@ def test_node_restart_keeps_its_log_and_epoch(tmp_path):
     first, epoch1 = asyncio.run(run_once(0))
     second, epoch2 = asyncio.run(run_once(first + 1))
     assert epoch2 > epoch1 and os.path.exists(tmp_path / "solo" / "quorum-state")
+
+
+def test_the_driver_decides_what_a_failing_step_costs():
+    """A peer's invalid data goes back to the transport (the connection closes; the node goes
+    on), a full disk on a follower append is survived, any other storage failure stops the driver
+    for good and tells its owner (the process then exits non-zero)."""
+    import errno
+
+    from kraftlog.raft.aio.driver import RaftDriver
+
+    class Core:
+        node_id, role, epoch, leader_id, raises = 1, Role.FOLLOWER, 1, 2, None
+
+        def step(self, env):
+            if self.raises is not None:
+                raise self.raises
+
+    class Channel:
+        on_envelope = on_produce = None
+
+    async def scenario():
+        core, fatal = Core(), []
+        driver = RaftDriver(core, log=None, quorum_store=None, snapshots=None, listener=None, channel=Channel())
+        driver._loop = asyncio.get_running_loop()
+        driver._scheduled = True  # no pass runs: only the step's outcome is looked at
+        driver.on_fatal = fatal.append
+        core.raises = ValueError("bad follower batch at 7")
+        with pytest.raises(ValueError):
+            driver.on_envelope(object())
+        core.raises = OSError(errno.ENOSPC, "No space left on device")
+        driver.on_envelope(object())
+        assert driver.failure is None and not fatal
+        core.raises = OSError(errno.EIO, "Input/output error")
+        driver.on_envelope(object())
+        assert isinstance(driver.failure, OSError) and fatal == [driver.failure]
+        core.raises = None
+        driver.on_envelope(object())  # a stopped driver takes nothing more
+        assert fatal == [driver.failure]
+
+    asyncio.run(scenario())
