@@ -190,11 +190,7 @@ async def _first_commit_seconds(cluster: ControllerCluster) -> float:
     from kraftlog.engine.node.raftnode import RaftClient
     from kraftlog.engine.protocol.connection import ClientError
 
-    class _Addresses:  # what Admin asks of a cluster
-        def address(self, node_id: int):
-            return cluster.addresses[node_id]
-
-    client, admin = RaftClient(cluster.voters), Admin(_Addresses())
+    client, admin = RaftClient(cluster.voters), Admin(cluster)
     started = time.perf_counter()
 
     async def created():

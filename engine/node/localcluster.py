@@ -37,6 +37,10 @@ class LocalCluster(abc.ABC):
     def command(self, i: int, listen_fd: int) -> list[str]:
         """The argv that starts node ``i`` listening on the inherited ``listen_fd``."""
 
+    def address(self, i: int) -> tuple[str, int]:
+        """Node ``i``'s (host, port): what the demo's Admin asks of a cluster."""
+        return self.addresses[i]
+
     def dir_of(self, i: int) -> str:
         return os.path.join(self.directory, f"n{i}")
 
