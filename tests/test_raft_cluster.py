@@ -58,6 +58,13 @@ async def _until(predicate, timeout_s: float, what: str):
     return await wait_until(predicate, timeout_s, what, transient_errors=False)
 
 
+async def _commit_one_and_pick_a_follower(client, cluster, value: bytes):
+    """Commit ``value`` (so a leader is known), then (DescribeQuorum answer, a follower's id)."""
+    await client.propose([value], timeout_ms=15_000)
+    dq = await client.describe_quorum()
+    return dq, next(i for i in cluster.voters if i != dq.leader_id)
+
+
 def test_cluster_commits_survives_leader_kill_and_catches_up(cluster):
     async def scenario():
         client = RaftClient(cluster.voters)
@@ -107,9 +114,7 @@ def test_graceful_stop_hands_over_and_garbage_closes_one_connection(cluster):
     async def scenario():
         client = RaftClient(cluster.voters)
         try:
-            await client.propose([b"x"], timeout_ms=15_000)
-            dq = await client.describe_quorum()
-            follower = next(i for i in cluster.voters if i != dq.leader_id)
+            dq, follower = await _commit_one_and_pick_a_follower(client, cluster, b"x")
             host, port = cluster.voters[follower]
             # a frame of junk (valid size, unknown API key) to a live follower
             reader, writer = await asyncio.open_connection(host, port)
@@ -148,9 +153,7 @@ def test_a_voter_that_cannot_write_its_quorum_state_stops_with_one_line(cluster)
     async def scenario():
         client = RaftClient(cluster.voters)
         try:
-            await client.propose([b"before"], timeout_ms=15_000)
-            dq = await client.describe_quorum()
-            broken = next(i for i in cluster.voters if i != dq.leader_id)
+            dq, broken = await _commit_one_and_pick_a_follower(client, cluster, b"before")
             state = os.path.join(cluster.dir_of(broken), "quorum-state")
             os.remove(state)
             os.mkdir(state)  # a non-empty directory: the atomic rename onto it fails (EISDIR)
