@@ -163,10 +163,12 @@ class ImagePublisher:
     def handle_commits(self, batches) -> None:
         """A run of committed batches (raft/ready.py): one decode, one delta, one new image. A
         replay has a fixed cost (~1 ms: delta, apply, publish) that a restarted or far-behind node
-        would otherwise pay per batch, on its Raft loop. A batch that changes a feature level is
-        applied on its own, between bulk replays of the batches around it: a lowered
-        metadata.version reloads the image before the next record (SnapshottingPublisher)."""
-        raw = b"".join(b.raw for b in batches)
+        would otherwise pay per batch, on its Raft loop. A run delivered as one buffer
+        (``handle_commit_run``, raft/wire.py BatchRun) is replayed from its bytes as they lie in
+        the log, without a per-batch object. A batch that changes a feature level is applied on
+        its own, between bulk replays of the batches around it: a lowered metadata.version
+        reloads the image before the next record (SnapshottingPublisher)."""
+        raw = _bytes_of(batches)
         columns = loader_decode(raw)
         levels = columns.offsets[columns.api_keys == API_FEATURE_LEVEL]
         if not len(levels):
@@ -180,19 +182,11 @@ class ImagePublisher:
             start = k + 1
         self._replay_batches(batches[start:])
 
-    def handle_commit_run(self, run) -> None:
-        """A run delivered as one buffer (raft/wire.py BatchRun): replayed from its bytes as they
-        lie in the log, without a per-batch object; as handle_commits when it changes a feature."""
-        raw = run.raw
-        columns = loader_decode(raw)
-        if (columns.api_keys == API_FEATURE_LEVEL).any():
-            self.handle_commits(list(run))
-            return
-        self._replay_run(run.next_offset, columns, len(raw))
+    handle_commit_run = handle_commits
 
     def _replay_batches(self, batches) -> None:
-        if batches:
-            raw = b"".join(b.raw for b in batches)
+        if len(batches):
+            raw = _bytes_of(batches)
             self._replay_run(batches[-1].next_offset, loader_decode(raw), len(raw))
 
     def _replay_run(self, next_offset: int, columns, size_bytes: int) -> None:
@@ -228,6 +222,12 @@ class ImagePublisher:
         future = asyncio.get_running_loop().create_future()
         self._waiters.append((offset, future))
         await future
+
+
+def _bytes_of(batches):
+    """The bytes of consecutive committed batches: a run's own (no copy), else joined."""
+    raw = getattr(batches, "raw", None)
+    return raw if raw is not None else b"".join(b.raw for b in batches)
 
 
 # ---- replica placement ----------------------------------------------------------------------------
