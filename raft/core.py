@@ -748,8 +748,7 @@ class RaftCore:
                 if run.base_offset != at:
                     raise SafetyViolationError(f"node {self.node_id}: delivery gap at {at}")
                 deliveries.append(CommitRun(run))
-                records = run.record_count
-                at, budget, records_left = run.next_offset, budget - k, records_left - records
+                at, budget, records_left = run.next_offset, budget - k, records_left - run.record_count
                 self._delivered_batch_bytes = max(1, len(run.raw) // k)
                 continue
             used = used_bytes = 0

@@ -25,7 +25,9 @@ and the flush.
 ``execute_ready`` is this contract as code, the one executor of it: the asyncio driver, the
 simulator and the unit harness all act on a Ready through it, so every simulated seed runs the
 order production runs. Consecutive commits go to ``listener.handle_commits(batches)`` in one call
-when the listener has it (a state machine applies them in bulk), else one ``handle_commit`` each.
+when the listener has it (a state machine applies them in bulk), else one ``handle_commit`` each;
+a CommitRun (from a log whose reads are runs) goes to ``listener.handle_commit_run`` when it has
+it, else joins the commits around it.
 """
 
 from __future__ import annotations

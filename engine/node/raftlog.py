@@ -11,8 +11,9 @@ batches v2 in the engine log (``kraftlog.engine.log.log.Log``):
                                            v0 (engine.records.metadata.encode_control); the core's
                                            interim encoding (raft/control.py) is converted here
     append_as_follower(batches, epoch)     the fetched bytes as they came (WireBatch.raw), else built
-    read(offset, max_bytes)                Log.read -> WireBatch per batch: zero-copy views of the
-                                           segment map, records decoded lazily (raft/wire.py)
+    read(offset, max_bytes)                Log.read -> a BatchRun (raft/wire.py): a zero-copy view of
+                                           the segment map with the headers in arrays; a WireBatch
+                                           per batch only on access, records decoded lazily
     truncate_to / delete_before            Log.truncate_to / Log.advance_start_offset
     truncate_fully_and_start_at(o, e)      Log.truncate_fully_and_start_at(o)
     flush / last_flushed_offset            Log.flush / Log.last_flushed_offset (the log's own flush
@@ -124,7 +125,7 @@ class EngineRaftLog:
 
     # ---- reads --------------------------------------------------------------------------------
 
-    def read(self, start_offset: int, max_bytes: int) -> tuple[LogBatch, ...]:
+    def read(self, start_offset: int, max_bytes: int) -> Sequence[LogBatch]:
         try:
             info = self.log.read(start_offset, max_bytes)
         except OffsetOutOfRangeError as exc:
