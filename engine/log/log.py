@@ -985,11 +985,8 @@ class Log:
                 return
             self._closed = True
             try:
-                if self._offline is None and not any(seg.index_mismatch for seg in self._segments):
-                    self._close_cleanly()
-                elif self._offline is None:  # durable, but the marker would vouch for a wrong index
-                    self._index_pending()
-                    self._sync_all()
+                if self._offline is None:
+                    self._close_cleanly(vouch=not any(seg.index_mismatch for seg in self._segments))
             except OSError as exc:
                 raise LogStorageError(f"closing {self.directory} failed: {exc.strerror or exc}; the next open "
                                       "will recover", path=self.directory, errno=exc.errno) from exc
@@ -997,13 +994,16 @@ class Log:
                 for seg in self._segments:
                     seg.close()
 
-    def _close_cleanly(self) -> None:
-        """Data, then changed indexes, durable; only then the marker that vouches for them."""
+    def _close_cleanly(self, *, vouch: bool = True) -> None:
+        """Data, then changed indexes, durable; only then (``vouch``: no index entry was found
+        pointing to the wrong batch) the marker that vouches for them."""
         self._index_pending()
         self._sync_all()
         self._segments[-1].seal()
         for seg in self._segments:
             seg.sync_indexes()  # a no-op for indexes nothing changed (e.g. kept as they were by recovery)
+        if not vouch:
+            return
         # Empty, so it cannot be torn: created in place (no temporary file to fsync). The directory
         # fsync makes it durable; without it a power loss would only cost the next open a scan.
         self.fs.open(self._path(CLEAN_SHUTDOWN_NAME), create=True).close()
