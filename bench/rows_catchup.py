@@ -19,9 +19,9 @@ committed it would hold it.
     raft.failover_after_full_restart_ratio
         All three controllers hold the log and are launched at once (as after a SIGKILL of all
         of them). Timed: from the last READY (every process up and listening) to the first
-        CreateTopics committed by the active controller, which must first replay the whole log into its image (in bounded bulk
-        pieces, between which it keeps answering Fetches and votes). Over the election timeout
-        (500 ms); goal <= 2. Peer: none (the ratio is the row).
+        CreateTopics committed by the active controller, which must first replay the whole log
+        into its image (in bounded bulk pieces, between which it keeps answering Fetches and
+        votes). Over the election timeout (500 ms); goal <= 2. Peer: none (the ratio is the row).
 
 Ports are ephemeral (engine/node/localcluster.py); every process is killed and every directory
 removed when a row ends, whatever happens.
@@ -83,7 +83,7 @@ def seed_log(directory: str, data: bytes) -> int:
     log = Log(partition_dir, RAFT_LOG_CONFIG)
     try:
         for at in range(0, len(batches), step):
-            log.append_as_follower(b"".join(bytes(b.raw) for b in batches[at:at + step]))
+            log.append_as_follower(wire.encode_batches(batches[at:at + step]))
         log.flush()
         end = log.end_offset
     finally:
