@@ -32,6 +32,7 @@ it, else joins the commits around it.
 
 from __future__ import annotations
 
+import enum
 import errno
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -137,11 +138,20 @@ def _commit(batches: list[LogBatch], listener, in_bulk) -> None:
         listener.handle_commit(batch)
 
 
-def storage_failure(exc: BaseException) -> bool:
-    """Whether ``exc`` is the storage failing (an OSError, or the engine's LogStorageError, both
-    carrying ``errno``), as opposed to data refused as invalid (a peer's bad batch: ValueError,
-    CorruptRecordError), which costs only that peer's connection."""
-    return isinstance(exc, OSError) or hasattr(exc, "errno")
+class StepFault(enum.Enum):
+    """What an exception out of ``core.step`` costs (the driver acts on it; the simulator too)."""
+
+    INVALID_DATA = "invalid data from a peer: that connection closes, the node goes on"
+    OUT_OF_SPACE = "a follower append found the disk full: nothing appended, fetch again"
+    STOP = "the storage failed: the node stops"
+
+
+def step_fault(exc: BaseException) -> StepFault:
+    """The storage failing is an OSError or the engine's LogStorageError (both carry ``errno``);
+    anything else is data refused as invalid (a peer's bad batch: ValueError, CorruptRecordError)."""
+    if not (isinstance(exc, OSError) or hasattr(exc, "errno")):
+        return StepFault.INVALID_DATA
+    return StepFault.OUT_OF_SPACE if out_of_space(exc) else StepFault.STOP
 
 
 def out_of_space(exc: BaseException) -> bool:

@@ -58,7 +58,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kraftlog.raft.messages import Envelope
-from kraftlog.raft.ready import execute_ready, out_of_space, storage_failure
+from kraftlog.raft.ready import StepFault, execute_ready, out_of_space, step_fault
 from kraftlog.raft.state import Role
 from kraftlog.raft.types import NO_ID, Errors, NotLeaderError
 
@@ -175,9 +175,10 @@ class RaftDriver:
         try:
             self.core.step(env)
         except Exception as exc:
-            if not storage_failure(exc):
-                raise  # invalid data from a peer: the transport closes that connection (one ERROR line)
-            if not out_of_space(exc):
+            fault = step_fault(exc)
+            if fault is StepFault.INVALID_DATA:
+                raise  # the transport closes that connection (one ERROR line)
+            if fault is StepFault.STOP:
                 self._die(exc)
                 return
             log.warning("node %d: cannot append what the leader sent (%s); fetching again until space returns",

@@ -70,7 +70,7 @@ from kraftlog.raft.messages import (
     FetchSnapshotResponse,
     VoteResponse,
 )
-from kraftlog.raft.ready import execute_ready, out_of_space
+from kraftlog.raft.ready import StepFault, execute_ready, out_of_space, step_fault
 from kraftlog.raft.state import Role
 from kraftlog.raft.types import NO_ID, Errors, LogBatch, NotLeaderError
 
@@ -357,8 +357,8 @@ class Simulation:
             self.coverage["prevote_rejected"] += 1
         try:
             node.core.step(env)
-        except OSError as exc:  # the driver's policy (raft/aio/driver.py)
-            if not out_of_space(exc):
+        except OSError as exc:  # decided as the driver decides (raft/ready.py step_fault)
+            if step_fault(exc) is StepFault.STOP:
                 self.stop_on_io_error(node, exc)
                 return
             self.coverage["follower_disk_full"] += 1
