@@ -198,6 +198,10 @@ class RaftCore:
         # follower side: observer fetches waiting for our high watermark, and the HW each saw last
         self._observer_parked: dict[int, _Parked] = {}
         self._observer_sent_hw: dict[int, int] = {}
+        # consumers (replica_id < 0) waiting for the high watermark to pass their offset, on any
+        # node that leads or follows; keyed by arrival, since every consumer says replica -1
+        self._consumer_parked: dict[int, _Parked] = {}
+        self._consumer_arrivals = 0
         self.snapshots_installed = 0  # counters the simulator and metrics read to prove a path ran
         self.truncations = 0
         self.observer_fetches_served = 0  # observer Fetch answers with records this follower sent
@@ -383,6 +387,8 @@ class RaftCore:
             self._poll_role(now)
             if self._qs.current.serial == serial:
                 break
+        if self._consumer_parked:
+            self._answer_parked_consumer_fetches(now)
         more = self._deliver()
         election = None
         if self._qs.election_dirty:
@@ -427,6 +433,7 @@ class RaftCore:
             times.append(self._leader.since_ms + self.config.check_quorum_timeout_ms)
             times.extend(p.last_fetch_ms + self.config.check_quorum_timeout_ms
                          for p in self._leader.voters.values() if p.last_fetch_ms >= 0)
+        times.extend(p.deadline_ms for p in self._consumer_parked.values())
         # only future instants matter: anything due now was handled by this poll
         return min((t for t in times if t > now), default=now + self.config.fetch_timeout_ms)
 
@@ -473,6 +480,7 @@ class RaftCore:
         self._read_replica = NO_ID
         self._read_replica_failures = 0
         self._release_observer_fetches()
+        self._release_consumer_fetches(now)
         if old.role is L and new.role is not L:
             self._leave_leadership()
         if old.role is R:
@@ -896,6 +904,8 @@ class RaftCore:
         if not self._cluster_ok(req.cluster_id):
             return self._respond(env, FetchResponse(Errors.INCONSISTENT_CLUSTER_ID, Errors.NONE, self.leader_id,
                                                     self.epoch))
+        if req.replica_id < 0:
+            return self._on_consumer_fetch(env, req, now)
         if req.fetch_offset < 0 or req.last_fetched_epoch < 0 or req.last_fetched_epoch > req.current_leader_epoch:
             return self._respond(env, FetchResponse(Errors.NONE, Errors.INVALID_REQUEST, self.leader_id, self.epoch))
         error = self._leader_epoch_error(req.current_leader_epoch)
@@ -970,13 +980,13 @@ class RaftCore:
         return None
 
     def _select_read_replica(self, req: FetchRequest, now: int) -> int:
-        """KIP-392's rack-aware replica selector, for observers only: a voter in the observer's
-        rack that is in sync (caught up within ``replica_lag_time_max_ms``, Kafka's ISR rule)
-        and whose log reaches the observer's fetch offset; the one furthest ahead, then the most
-        recently caught up, then the lowest id. NO_ID (stay with the leader) when the observer
-        names no rack, the leader is in its rack, or no voter qualifies."""
+        """KIP-392's rack-aware replica selector, for observers and consumers (never voters): a
+        voter in the reader's rack that is in sync (caught up within ``replica_lag_time_max_ms``,
+        Kafka's ISR rule) and whose log reaches the reader's fetch offset; the one furthest ahead,
+        then the most recently caught up, then the lowest id. NO_ID (stay with the leader) when
+        the reader names no rack, the leader is in its rack, or no voter qualifies."""
         rack = req.rack
-        if rack is None or req.replica_id < 0 or req.replica_id in self.voters or rack == self.config.rack:
+        if rack is None or req.replica_id in self.voters or rack == self.config.rack:
             return NO_ID
         best, best_key = NO_ID, None
         for voter, p in self._leader.voters.items():
@@ -1045,6 +1055,71 @@ class RaftCore:
                                                          self.leader_id, self.epoch, self._hw))
         self._observer_parked.clear()
         self._observer_sent_hw.clear()
+
+    # ---- committed reads for consumers (replica_id < 0, KIP-392) -----------------------------------
+
+    def _on_consumer_fetch(self, env: Envelope, req: FetchRequest, now: int) -> None:
+        """A consumer reads committed records from the leader or any follower. Its position never
+        counts for the high watermark, and it may name no epochs (-1: Kafka's "not known")."""
+        response = self._consumer_answer(req, now, expired=req.max_wait_ms == 0)
+        if response is not None:
+            return self._respond(env, response)
+        self._consumer_arrivals += 1
+        self._consumer_parked[self._consumer_arrivals] = _Parked(env, req, now + req.max_wait_ms)
+
+    def _consumer_answer(self, req: FetchRequest, now: int, *, expired: bool) -> FetchResponse | None:
+        """The answer to a consumer: only records at or below this node's high watermark.
+        Before the log start or past the log end: OFFSET_OUT_OF_RANGE with the log start offset
+        and the high watermark (and the snapshot to load, for a reader of the metadata log);
+        between the high watermark and the log end: OFFSET_NOT_AVAILABLE once the wait is over.
+        None while there is nothing to say and the fetch may wait."""
+        hw, start = max(self._hw, 0), self.log.start_offset()
+        base = dict(error_code=Errors.NONE, leader_id=self.leader_id, leader_epoch=self.epoch,
+                    high_watermark=hw, log_start_offset=start)
+        error = self._consumer_error(req)
+        if error is not Errors.NONE:
+            return FetchResponse(partition_error=error, **base)
+        offset, last_epoch = req.fetch_offset, req.last_fetched_epoch
+        if offset < start or offset > self.log.end_offset():
+            snapshot_id = self.snapshots.latest_snapshot_id() if offset < start else None
+            return FetchResponse(partition_error=Errors.OFFSET_OUT_OF_RANGE, snapshot_id=snapshot_id, **base)
+        if offset > hw:
+            return FetchResponse(partition_error=Errors.OFFSET_NOT_AVAILABLE, **base) if expired else None
+        if last_epoch >= 0 and offset > start:
+            diverging = self._divergence(offset, last_epoch)
+            if diverging is not None:
+                # committed records never diverge: the reader's epoch is wrong, not our log
+                return FetchResponse(partition_error=Errors.NONE, **base,
+                                     diverging_epoch=OffsetAndEpoch(min(diverging.offset, hw), diverging.epoch))
+        batches = _committed_prefix(self.log.read(offset, min(req.max_bytes, self.config.fetch_max_bytes)), hw)
+        if not batches and not expired:
+            return None
+        replica = self._select_read_replica(req, now) if self._leader is not None else NO_ID
+        return FetchResponse(partition_error=Errors.NONE, batches=batches, preferred_read_replica=replica, **base)
+
+    def _consumer_error(self, req: FetchRequest) -> Errors:
+        """Who may answer a consumer: a leader or a follower (voter or observer) in the epoch the
+        consumer names, if it names one."""
+        if req.fetch_offset < 0 or 0 <= req.current_leader_epoch < req.last_fetched_epoch:
+            return Errors.INVALID_REQUEST
+        if req.current_leader_epoch >= 0 and req.current_leader_epoch != self.epoch:
+            return self._leader_epoch_error(req.current_leader_epoch)
+        if self._qs.role not in (L, F):
+            return Errors.NOT_LEADER_OR_FOLLOWER
+        return Errors.NONE
+
+    def _answer_parked_consumer_fetches(self, now: int) -> None:
+        for key, parked in list(self._consumer_parked.items()):
+            response = self._consumer_answer(parked.request, now, expired=now >= parked.deadline_ms)
+            if response is not None:
+                del self._consumer_parked[key]
+                self._respond(parked.envelope, response)
+
+    def _release_consumer_fetches(self, now: int) -> None:
+        """Our state changed: every waiting consumer gets its answer as of the new state."""
+        for parked in self._consumer_parked.values():
+            self._respond(parked.envelope, self._consumer_answer(parked.request, now, expired=True))
+        self._consumer_parked.clear()
 
     def _on_fetch_snapshot(self, env: Envelope, req: FetchSnapshotRequest, now: int) -> None:
         def reply(partition_error: Errors, error: Errors = Errors.NONE, **kw) -> None:

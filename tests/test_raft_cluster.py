@@ -3,7 +3,8 @@ loopback (ephemeral ports: the test binds port 0 and hands each node its listeni
 elect a leader, commit records proposed over Kafka's wire (Produce), describe the quorum per
 voter (DescribeQuorum), elect a new leader within a bound after the leader is SIGKILLed without
 losing any acknowledged record, let the killed node restart and catch up, hand leadership over on
-a graceful SIGTERM, and close only the connection that sends a garbage frame.
+a graceful SIGTERM, close only the connection that sends a garbage frame, and serve consumers
+(Fetch as replica -1) committed records from any offset on the leader and on a follower.
 
 Every process is killed in a finalizer, whatever happens.
 """
@@ -104,6 +105,33 @@ def test_cluster_commits_survives_leader_kill_and_catches_up(cluster):
                 return state[old_leader] >= d.high_watermark and d.high_watermark > 0 and state
 
             await _until(caught_up, 15, f"node {old_leader} catching up")
+        finally:
+            await client.close()
+
+    asyncio.run(scenario())
+
+
+def test_consumers_read_committed_records_from_any_offset_on_the_leader_and_a_follower(cluster):
+    """KIP-392 on the wire: a Fetch as replica -1 naming no epochs reads committed records from
+    the middle of the log, from the leader and from a follower, and both agree."""
+    async def scenario():
+        client = RaftClient(cluster.voters)
+        try:
+            for i in range(6):
+                await client.propose([b"c%d" % i], timeout_ms=15_000)
+            dq = await client.describe_quorum()
+            follower = next(i for i in cluster.voters if i != dq.leader_id)
+            everything = await client.read_committed(0)
+            assert [v for _, v in everything] == [b"c%d" % i for i in range(6)]
+            third = everything[3][0]
+            from_leader = await client.read_committed(third)
+            assert [v for _, v in from_leader] == [b"c3", b"c4", b"c5"]
+
+            async def follower_has_all():
+                return [v for _, v in await client.read_committed(third, node=follower)] == [b"c3", b"c4", b"c5"]
+
+            # the follower learns the high watermark with its next Fetch answer
+            await _until(follower_has_all, 15, f"follower {follower} serving committed records")
         finally:
             await client.close()
 

@@ -654,3 +654,104 @@ def test_an_observer_sent_to_a_snapshot_and_a_replica_loads_the_replicas_snapsho
     r = answer(h, req, **ok(high_watermark=6, log_start_offset=6, snapshot_id=OffsetAndEpoch(6, 2)))
     snap = only(r.messages, FetchSnapshotRequest)
     assert snap.destination == 2 and snap.body.snapshot_id == OffsetAndEpoch(6, 2) and snap.body.current_leader_epoch == 3
+
+
+# ---- consumers: committed reads on every replica (replica_id -1, KIP-392) -----------------------
+
+
+def consumer(offset, last_epoch=-1, epoch=-1, max_wait_ms=0, rack=None):
+    """A consumer's Fetch: replica -1, and no epochs unless the test names them."""
+    return fetch(offset, last_epoch, epoch=epoch, replica=-1, max_wait_ms=max_wait_ms, rack=rack)
+
+
+def answers(r):
+    return [m.body for m in r.messages if isinstance(m.body, FetchResponse)]
+
+
+def committed_leader() -> Harness:
+    """leader_with_log with HW 6 (everything up to its LeaderChange) and one uncommitted record at 6."""
+    h = leader_with_log()
+    h.request(2, fetch(6, 3))
+    assert h.core.high_watermark == 6
+    h.core.append([b"uncommitted"])
+    h.ready()
+    assert h.log.end_offset() == 7
+    return h
+
+
+def test_a_consumer_reads_only_what_the_leader_has_committed():
+    h = committed_leader()
+    resp = only(h.request(-1, consumer(0)).messages, FetchResponse).body
+    assert resp.partition_error is Errors.NONE and resp.high_watermark == 6
+    assert [b.base_offset for b in resp.batches] == [0, 1, 2, 3, 4, 5]
+    # from the middle, with no last fetched epoch: nothing diverges, the read starts there
+    resp = only(h.request(-1, consumer(4)).messages, FetchResponse).body
+    assert [b.base_offset for b in resp.batches] == [4, 5]
+    # a position never counts: the consumer is no observer and moves no high watermark
+    assert h.core.describe_quorum().observers == () and h.core.high_watermark == 6
+
+
+def test_a_consumer_past_the_high_watermark_or_the_log_gets_kip_392s_errors():
+    h = committed_leader()
+    past_hw = only(h.request(-1, consumer(7)).messages, FetchResponse).body
+    past_end = only(h.request(-1, consumer(8)).messages, FetchResponse).body
+    assert past_hw.partition_error is Errors.OFFSET_NOT_AVAILABLE and not past_hw.batches
+    assert past_end.partition_error is Errors.OFFSET_OUT_OF_RANGE
+    assert (past_end.log_start_offset, past_end.high_watermark) == (0, 6)
+    assert only(h.request(-1, consumer(-3)).messages, FetchResponse).body.partition_error is Errors.INVALID_REQUEST
+
+
+def test_a_caught_up_consumer_waits_for_the_high_watermark_and_each_is_answered():
+    h = committed_leader()
+    assert answers(h.request(-1, consumer(6, max_wait_ms=40))) == []
+    assert answers(h.request(-1, consumer(6, max_wait_ms=40))) == []  # a second consumer, also -1
+    r = h.request(2, fetch(7, 3))  # the follower reaches 7: the HW passes both consumers
+    got = [resp for resp in answers(r) if resp.batches]  # the follower, caught up, gets none
+    assert [[b.records for b in resp.batches] for resp in got] == [[(b"uncommitted",)]] * 2
+    assert all(resp.high_watermark == 7 for resp in got)
+    assert answers(h.request(-1, consumer(7, max_wait_ms=40))) == []
+    resp = only(h.advance(41).messages, FetchResponse).body  # the wait ends with an empty answer
+    assert resp.partition_error is Errors.NONE and resp.batches == ()
+
+
+def test_a_follower_serves_a_consumer_up_to_its_own_high_watermark():
+    h = follower_with_hw(3)
+    resp = only(h.request(-1, consumer(0)).messages, FetchResponse).body
+    assert (resp.partition_error, resp.leader_id, resp.leader_epoch, resp.high_watermark) == (Errors.NONE, 1, 3, 3)
+    assert [(b.base_offset, b.next_offset) for b in resp.batches] == [(0, 2), (2, 3)]
+    waiting = h.request(-1, consumer(3, max_wait_ms=40))
+    assert answers(waiting) == []
+    resp = only(leader_answer(h, high_watermark=4).messages, FetchResponse).body
+    assert resp.high_watermark == 4 and [b.base_offset for b in resp.batches] == [3]
+
+
+def test_a_consumer_naming_epochs_is_checked_and_a_wrong_epoch_never_diverges_past_the_hw():
+    h = committed_leader()
+    assert only(h.request(-1, consumer(0, epoch=2)).messages, FetchResponse).body.partition_error \
+        is Errors.FENCED_LEADER_EPOCH
+    assert only(h.request(-1, consumer(0, epoch=4)).messages, FetchResponse).body.partition_error \
+        is Errors.UNKNOWN_LEADER_EPOCH
+    # the consumer says offset 4 follows epoch 1; the log's epoch 1 ends at 3
+    resp = only(h.request(-1, consumer(4, last_epoch=1, epoch=3)).messages, FetchResponse).body
+    assert resp.diverging_epoch == OffsetAndEpoch(3, 1) and not resp.batches
+
+
+def test_a_consumer_before_the_log_start_is_out_of_range_and_told_the_snapshot():
+    h = committed_leader()
+    sid = h.core.create_snapshot(6, b"state")
+    h.ready()
+    resp = only(h.request(-1, consumer(2)).messages, FetchResponse).body
+    assert resp.partition_error is Errors.OFFSET_OUT_OF_RANGE and resp.snapshot_id == sid
+    assert (resp.log_start_offset, resp.high_watermark) == (6, 6)
+
+
+def test_a_node_that_neither_leads_nor_follows_refuses_consumers_and_releases_waiting_ones():
+    h = Harness()  # unattached voter
+    h.ready()
+    assert only(h.request(-1, consumer(0)).messages, FetchResponse).body.partition_error \
+        is Errors.NOT_LEADER_OR_FOLLOWER
+    f = follower_with_hw(3)
+    f.request(-1, consumer(3, max_wait_ms=10_000))
+    r = f.advance(CONFIG.fetch_timeout_ms + 1)  # the leader went silent: the follower campaigns
+    resp = only([m for m in r.messages if isinstance(m.body, FetchResponse)], FetchResponse).body
+    assert resp.partition_error is Errors.NOT_LEADER_OR_FOLLOWER

@@ -21,7 +21,7 @@ The client API (``RaftClient``) uses only Kafka requests:
                           offset; any other node answers NOT_LEADER_OR_FOLLOWER naming the leader
                           (CurrentLeader), and the client follows it
     describe_quorum()     DescribeQuorum v2 (the leader answers with per-voter state)
-    read_committed(o)     Fetch v17 as replica -1 from the leader, cut at the high watermark
+    read_committed(o)     Fetch v17 as a consumer (replica -1) from the leader or a follower: committed only
     api_versions()        ApiVersions v3
 """
 
@@ -293,32 +293,36 @@ class RaftClient:
             raise ClientError("no voter answered DescribeQuorum")
         return last
 
-    async def read_committed(self, from_offset: int = 0, *, max_bytes: int = 1 << 20) -> list[tuple[int, bytes]]:
-        """Every committed record from ``from_offset`` (control records skipped), read from the
-        leader with Fetch as replica -1 and cut at its high watermark."""
-        dq = await self.describe_quorum()
-        if dq.partition_error is not Errors.NONE:
-            raise ClientError(f"no leader to read from ({dq.partition_error.name})")
-        conn = await self._conn(dq.leader_id)
+    async def read_committed(self, from_offset: int = 0, *, node: int | None = None,
+                             max_bytes: int = 1 << 20) -> list[tuple[int, bytes]]:
+        """Every committed record from ``from_offset`` (control records skipped), read as a
+        consumer from ``node`` (default: the leader) up to that node's high watermark. A consumer
+        is Fetch replica -1 naming no epochs: any leader or follower answers with committed
+        batches only (KIP-392), and no position is checked for divergence."""
+        if node is None:
+            dq = await self.describe_quorum()
+            if dq.partition_error is not Errors.NONE:
+                raise ClientError(f"no leader to read from ({dq.partition_error.name})")
+            node = dq.leader_id
+        conn = await self._conn(node)
         api = wire.APIS[FetchRequest]
         out: list[tuple[int, bytes]] = []
-        offset, last_epoch, hw = from_offset, 0, dq.high_watermark
-        while offset < hw:
-            req = FetchRequest(None, -1, 0, max_bytes, dq.leader_epoch, offset, last_epoch, 0)
-            msg = await conn.request(api.key, api.version, wire.request_to_kio(req), api.response)
-            resp = wire.response_from_kio(msg, req)
+        offset = from_offset
+        while True:
+            req = FetchRequest(None, -1, 0, max_bytes, -1, offset, -1, 0)
+            resp = wire.response_from_kio(await conn.request(api.key, api.version, wire.request_to_kio(req),
+                                                             api.response), req)
             if resp.error_code is not Errors.NONE or resp.partition_error is not Errors.NONE:
-                raise ClientError(f"fetch at {offset} failed: {resp.error_code.name}/{resp.partition_error.name}")
-            hw = resp.high_watermark
+                raise ClientError(f"node {node}: fetch at {offset} failed: {resp.error_code.name}/"
+                                  f"{resp.partition_error.name} (log start {resp.log_start_offset}, "
+                                  f"high watermark {resp.high_watermark})")
             if not resp.batches:
-                break
+                return out
             for b in resp.batches:
-                if b.next_offset > hw:
-                    return out
-                if not b.control:
-                    out.extend(zip(range(b.base_offset, b.next_offset), b.records, strict=True))
-                offset, last_epoch = b.next_offset, b.epoch
-        return out
+                if not b.control:  # the first batch may begin before the offset asked for
+                    out.extend((o, r) for o, r in zip(range(b.base_offset, b.next_offset), b.records, strict=True)
+                               if o >= from_offset)
+                offset = b.next_offset
 
     async def api_versions(self, node: int) -> list[tuple[int, int, int]]:
         conn = await self._conn(node)
