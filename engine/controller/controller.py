@@ -100,6 +100,7 @@ from kraftlog.engine.protocol.responses import (
     topic_result,
 )
 from kraftlog.engine.records import metadata as codec
+from kraftlog.errors import KraftlogError
 from kraftlog.raft.state import Role
 from kraftlog.raft.types import NO_ID, NotLeaderError
 
@@ -123,20 +124,31 @@ def _now_ms() -> int:
 # ---- the image publisher ------------------------------------------------------------------------
 
 
+class MetadataFaultError(KraftlogError):
+    """A committed metadata record this controller cannot apply. A controller must hold every
+    committed record (it validates and writes against that image), so this is fatal: the node
+    stops and exits non-zero with this one line (Kafka's fatal fault handler for controllers)."""
+
+
 class ImagePublisher:
     """The Raft listener: committed batches -> Loader -> the current MetadataImage.
 
     ``image`` is replaced (never edited) on every commit, so a handler that reads it once sees one
     consistent state. ``leader`` is the latest (leader id, epoch) the core announced.
+
+    A committed record that cannot be applied is a fault, handled as Kafka handles metadata
+    loading faults: with ``fatal_faults`` (a node with the controller role) MetadataFaultError
+    naming the offset stops the node; without (a broker) the record is skipped with one log line
+    naming its offset and type, counted in ``apply_errors`` (the metadata-apply-error metric), and
+    the node goes on serving. A batch that does not even decode is skipped whole the same way.
     """
 
-    def __init__(self, *, on_leader_change=None):
-        # skip_errors: a record every controller fails to apply the same way is skipped the same
-        # way everywhere (counted in the manifest) instead of crash-looping the quorum
-        self.loader = Loader(skip_errors=True, publishers=[self._published])
+    def __init__(self, *, on_leader_change=None, fatal_faults: bool = True):
+        self.fatal_faults = fatal_faults
+        self.loader = Loader(skip_errors=not fatal_faults, publishers=[self._published])
         self.next_offset = 0  # every committed record below this is in ``image``
         self.leader: tuple[int, int] = (NO_ID, -1)
-        self.skipped_records = 0
+        self.apply_errors = 0  # records (or undecodable batches) skipped by a non-fatal fault
         self._waiters: list[tuple[int, asyncio.Future]] = []
         self._on_leader_change = on_leader_change
 
@@ -146,9 +158,11 @@ class ImagePublisher:
 
     def _published(self, delta, image, manifest) -> None:
         if manifest.skipped_records:
-            self.skipped_records += manifest.skipped_records
-            log.warning("skipped %d metadata records that could not be applied: %s", manifest.skipped_records,
-                        manifest.skipped[:3])
+            self.apply_errors += manifest.skipped_records
+            for offset, record_type, reason in manifest.skipped[:3]:
+                log.error("metadata apply error: skipped %s at offset %d: %s", record_type, offset, reason)
+            if manifest.skipped_records > 3:
+                log.error("metadata apply error: %d more records skipped", manifest.skipped_records - 3)
 
     def handle_load_snapshot(self, snapshot_id, snapshots) -> None:
         size = snapshots.size(snapshot_id)
@@ -157,10 +171,31 @@ class ImagePublisher:
         self._advance(snapshot_id.offset)
 
     def handle_commit(self, batch) -> None:
-        self.loader.replay(batch.raw)  # a WireBatch read back from the log: its stored bytes
+        try:
+            self.loader.replay(batch.raw)  # a WireBatch read back from the log: its stored bytes
+        except Exception as exc:  # noqa: BLE001 - the fault policy decides (class docstring)
+            self._fault(batch, exc)
         self._advance(batch.next_offset)
 
+    def _fault(self, batch, exc: Exception) -> None:
+        """``batch`` could not be applied: fatal on a controller, skipped on a broker."""
+        where = f"the committed batch at offsets {batch.base_offset}-{batch.next_offset - 1}"
+        if self.fatal_faults:
+            raise MetadataFaultError(f"{where} cannot be applied: {type(exc).__name__}: {exc}") from exc
+        self.apply_errors += 1
+        log.error("metadata apply error: skipped %s: %s: %s", where, type(exc).__name__, exc)
+
     def handle_commits(self, batches) -> None:
+        """Apply a run of committed batches in bulk; when that fails, batch by batch, so the fault
+        policy (class docstring) sees the one batch at fault and every other batch is applied."""
+        try:
+            self._apply_in_bulk(batches)
+        except Exception:  # noqa: BLE001 - retried batch by batch below, where the policy decides
+            for batch in batches:
+                if batch.next_offset > self.next_offset:  # not yet applied by the bulk attempt
+                    self.handle_commit(batch)
+
+    def _apply_in_bulk(self, batches) -> None:
         """A run of committed batches (raft/ready.py): one decode, one delta, one new image. A
         replay has a fixed cost (~1 ms: delta, apply, publish) that a restarted or far-behind node
         would otherwise pay per batch, on its Raft loop. A run delivered as one buffer

@@ -47,9 +47,12 @@ class LocalCluster(abc.ABC):
     def _err_path(self, i: int) -> str:
         return os.path.join(self.directory, f"node{i}.err")
 
-    def start(self, i: int) -> None:
+    def start(self, i: int, *, wait_ready: bool = True) -> None:
+        """Launch node ``i`` and wait for its READY line (``wait_ready=False``: a test that expects
+        the node to stop on its own waits for ``procs[i]`` instead)."""
         self._launch(i)
-        self._wait_ready(i)
+        if wait_ready:
+            self._wait_ready(i)
 
     def start_together(self) -> None:
         """Launch every node at once (as after a restart of all of them), then wait for each READY."""

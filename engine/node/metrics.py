@@ -16,6 +16,9 @@ What is exported (names: Kafka's, with dots and dashes as underscores, prefixed 
                                     when it has written none)
     kraftlog_current_metadata_version   the finalized metadata.version level (Kafka's
                                     CurrentMetadataVersion)
+    kraftlog_metadata_apply_errors_total   committed metadata records a broker skipped because they
+                                    could not be applied (Kafka's metadata-apply-error-count; a
+                                    controller stops on such a record instead)
     kraftlog_requests_total{api}    requests received per API key name
     kraftlog_request_latency_seconds{api}   time from receipt to the response, a histogram
 
@@ -32,7 +35,7 @@ import logging
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 log = logging.getLogger("kraftlog.metrics")
 
@@ -78,6 +81,9 @@ class NodeCollector:
                                 value=time.monotonic() * 1000 - snapshotter.last_ms)
         yield GaugeMetricFamily("kraftlog_current_metadata_version", "finalized metadata.version level",
                                 value=node.image.features.metadata_version)
+        # Kafka's metadata-apply-error-count: committed records a broker skipped (a controller stops instead)
+        yield CounterMetricFamily("kraftlog_metadata_apply_errors", "committed metadata records skipped as unappliable",
+                                  value=node.machine.apply_errors)
 
 
 class NodeMetrics:

@@ -389,7 +389,7 @@ class SnapshottingPublisher(ImagePublisher):
     def handle_commit(self, batch) -> None:
         level_before = self.image.features.metadata_version
         super().handle_commit(batch)
-        if self.snapshotter is None:
+        if not self._snapshots_allowed():
             return
         level = self.image.features.metadata_version
         if 0 < level < level_before:
@@ -397,8 +397,20 @@ class SnapshottingPublisher(ImagePublisher):
         self.snapshotter.on_commit(len(batch.raw))
 
     def _applied_in_bulk(self, size_bytes: int) -> None:
-        if self.snapshotter is not None:
+        if self._snapshots_allowed():
             self.snapshotter.on_commit(size_bytes)
+
+    def _snapshots_allowed(self) -> bool:
+        """An image that skipped a record is not the log's: it must not become a snapshot that
+        outlives the skip (Kafka disables snapshots after a metadata loading fault)."""
+        if self.snapshotter is None or not self.apply_errors:
+            return self.snapshotter is not None
+        if not self._snapshots_disabled_logged:
+            self._snapshots_disabled_logged = True
+            log.error("snapshots disabled: this node skipped a committed record it could not apply")
+        return False
+
+    _snapshots_disabled_logged = False
 
     def handle_load_snapshot(self, snapshot_id, snapshots) -> None:
         if not isinstance(snapshots, SnapshotStore):
@@ -479,7 +491,8 @@ class MetadataNode(RaftNode):
         return SnapshotStore(snapshot_dir)
 
     def make_listener(self):
-        return SnapshottingPublisher(on_leader_change=self._leader_changed)
+        # a metadata fault stops a controller, a broker skips the record (ImagePublisher)
+        return SnapshottingPublisher(on_leader_change=self._leader_changed, fatal_faults=ROLE_CONTROLLER in self.roles)
 
     def make_transport(self, node_id: int, voters: dict[int, tuple[str, int]]):
         return NodeTransport(node_id, voters, self.transport_config, server_ssl=self.server_ssl,
