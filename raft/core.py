@@ -195,6 +195,10 @@ class RaftCore:
         self._read_replica = NO_ID
         self._read_replica_until_ms = 0
         self._read_replica_failures = 0
+        # an observer that left a silent leader: (epoch, leader) and until when a voter still
+        # naming that pair is not believed (it has not noticed yet; see _observe)
+        self._left_leader: tuple[int, int] = (NO_EPOCH, NO_ID)
+        self._left_leader_until_ms = 0
         # follower side: observer fetches waiting for our high watermark, and the HW each saw last
         self._observer_parked: dict[int, _Parked] = {}
         self._observer_sent_hw: dict[int, int] = {}
@@ -565,6 +569,12 @@ class RaftCore:
             if s.leader_id != leader_id:
                 raise SafetyViolationError(f"two leaders in epoch {epoch}: {s.leader_id} and {leader_id}")
             return False
+        if s.role is U and (epoch, leader_id) == self._left_leader and now < self._left_leader_until_ms:
+            # An observer that just left this leader hears it named by a voter that has not
+            # noticed yet: returning would cost another fetch timeout on a dead leader (brokers
+            # lagged ~2 s after a failover). The voters notice within a fetch timeout and elect;
+            # a leader that was only slow is believed again after that.
+            return False
         if s.role is P and s.leader_id == leader_id:
             # A prospective that left this leader (fetch timeout) must not return to it just
             # because a peer still names it: that peer's view is as old as ours, and two such
@@ -654,6 +664,8 @@ class RaftCore:
 
     def _become_unattached_observer(self, now: int) -> None:
         # an observer drops a silent leader and looks for the current one (same epoch)
+        self._left_leader = (self.epoch, self._qs.current.leader_id)
+        self._left_leader_until_ms = now + self.config.fetch_timeout_ms
         self._transition(NodeState(U, self.epoch, deadline_ms=now + self.config.fetch_timeout_ms), now)
 
     def _poll_observer_discovery(self, now: int) -> None:

@@ -755,3 +755,32 @@ def test_a_node_that_neither_leads_nor_follows_refuses_consumers_and_releases_wa
     r = f.advance(CONFIG.fetch_timeout_ms + 1)  # the leader went silent: the follower campaigns
     resp = only([m for m in r.messages if isinstance(m.body, FetchResponse)], FetchResponse).body
     assert resp.partition_error is Errors.NOT_LEADER_OR_FOLLOWER
+
+
+def test_an_observer_that_left_a_silent_leader_waits_for_news_instead_of_returning_to_it():
+    """A voter that has not noticed the leader's death still names it; the observer keeps asking
+    until a voter names the next epoch's leader, and believes the old pair again only after a
+    fetch timeout (a leader that was only slow)."""
+    h = observer(rack=None)
+    h.ready()
+    r = h.advance(CONFIG.fetch_timeout_ms + 1)  # leader 1 went silent
+    assert h.core.role is Role.UNATTACHED and h.core.epoch == 3
+    ask = only(r.messages, FetchRequest)
+    r = answer(h, ask, **ok(leader=1, epoch=3))  # the voter still follows 1
+    assert h.core.role is Role.UNATTACHED
+    r = h.advance(CONFIG.retry_backoff_ms + 1)
+    ask = only(r.messages, FetchRequest)
+    answer(h, ask, **ok(leader=2, epoch=4))
+    assert (h.core.role, h.core.leader_id, h.core.epoch) == (Role.FOLLOWER, 2, 4)
+    # a slow, not dead, leader: after a fetch timeout the same pair is believed again
+    slow = observer(rack=None)
+    slow.ready()
+    slow.advance(CONFIG.fetch_timeout_ms + 1)
+    slow.clock.now_ms += CONFIG.fetch_timeout_ms + 1
+    asks = []
+    for _ in range(10):  # the next discovery Fetch, once the one in flight expired
+        asks = [m for m in slow.advance(CONFIG.retry_backoff_ms).messages if isinstance(m.body, FetchRequest)]
+        if asks:
+            break
+    answer(slow, asks[-1], **ok(leader=1, epoch=3))
+    assert (slow.core.role, slow.core.leader_id) == (Role.FOLLOWER, 1)
