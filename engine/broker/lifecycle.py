@@ -87,6 +87,9 @@ class BrokerLifecycle:
         self.broker_epoch = -1
         self.fenced = True
         self.caught_up = False
+        # set once the controller first says our metadata caught up (Kafka's initialCatchUpFuture):
+        # until then the node answers no client Metadata from the image it restarted with
+        self.initial_catch_up = asyncio.Event()
         self.heartbeats = 0
         self._want_shut_down = False
         self._shut_down_allowed = asyncio.Event()
@@ -192,6 +195,8 @@ class BrokerLifecycle:
             raise Retry(f"heartbeat refused by controller {self.channel.controller_id}: {code.name}")
         self.heartbeats += 1
         self.caught_up = resp.is_caught_up
+        if self.caught_up:
+            self.initial_catch_up.set()
         self._set_fenced(resp.is_fenced)
         if self._want_shut_down and resp.should_shut_down:
             self.state = BrokerState.SHUTTING_DOWN

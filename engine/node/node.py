@@ -129,6 +129,7 @@ class NodeTransport(RaftTransport):
     core = None  # the RaftCore, for OffsetsForLeaderEpoch
     forward: Forwarder | None = None  # a broker-only node's way to the active controller
     is_broker = False  # Metadata's ControllerId: a live broker when a broker answers (metadata_answer.py)
+    caught_up: asyncio.Event | None = None  # a broker's initial catch-up: Metadata waits for it
 
     def _served(self) -> dict[int, tuple[int, type, type]]:
         return NODE_CONTROLLER_APIS if self.controller is not None else _BROKER_APIS
@@ -183,11 +184,11 @@ class NodeTransport(RaftTransport):
                                                     high_watermark=core.high_watermark), correlation_id, back)
             return
         if api_key == API_METADATA:
-            image = self.publisher.image
-            controller_id = controller_for(image, answering_broker=self.is_broker,
-                                           active_controller=self.publisher.leader[0])
-            self._answer(conn, answer_metadata(image, body, cluster_id=self.cluster_id, controller_id=controller_id),
-                         correlation_id, back)
+            if self.caught_up is not None and not self.caught_up.is_set():
+                self._respond_later(conn, correlation_id, loop.create_task(self._metadata_once_caught_up(body, back)),
+                                    header_v0=back is not None and not back.__flexible__)
+                return
+            self._answer(conn, self._metadata(body), correlation_id, back)
             return
         if self.controller is None:  # a broker: one of FORWARDED_APIS
             if self.forward is None:
@@ -200,6 +201,19 @@ class NodeTransport(RaftTransport):
             started, metrics = time.perf_counter(), self.metrics
             task.add_done_callback(lambda _: metrics.request_done(api_key, started))
         self._respond_later(conn, correlation_id, task, header_v0=back is not None and not back.__flexible__)
+
+    def _metadata(self, body):
+        """The Metadata answer (served version) from the image as it is now."""
+        image = self.publisher.image
+        controller_id = controller_for(image, answering_broker=self.is_broker, active_controller=self.publisher.leader[0])
+        return answer_metadata(image, body, cluster_id=self.cluster_id, controller_id=controller_id)
+
+    async def _metadata_once_caught_up(self, body, back: type | None):
+        """Kafka's initial catch-up: a starting broker answers clients only once the controller
+        has said its metadata caught up, never from the stale image it restarted with."""
+        await self.caught_up.wait()
+        answer = self._metadata(body)
+        return answer if back is None else older_versions.from_served(answer, back)
 
     def _answer(self, conn: FrameConnection, answer, correlation_id: int, back: type | None) -> None:
         """Respond with ``answer`` (of the served version), converted to ``back`` when the request
@@ -525,6 +539,7 @@ class MetadataNode(RaftNode):
                 ssl_context=self.client_ssl)
             self.lifecycle.start()
             self.transport.is_broker = True
+            self.transport.caught_up = self.lifecycle.initial_catch_up
             if self.controller is None:
                 self.transport.forward = Forwarder(self.lifecycle.channel)
         return port
