@@ -1,4 +1,5 @@
-"""`kraftlog log`: dump, verify, repair (Kafka's kafka-dump-log, plus a checker and a repair).
+"""`kraftlog log`: dump, verify, repair (Kafka's kafka-dump-log, plus a checker and a repair), and
+tail (follow a live cluster's committed log: tail_cmd.py).
 
 verify and repair read a log directory without Log.open (which would repair on its own): see
 segments.py. repair changes the directory only with --truncate-at-first-corruption (required)
@@ -57,6 +58,10 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="required: the only repair there is (everything after the first problem is cut)")
     repair.add_argument("--dry-run", action="store_true", help="say what would be cut, change nothing (exit 1 if "
                         "something would be)")
+
+    from kraftlog.engine.cli.tools import tail_cmd  # a live cluster's log, not a directory: its own module
+
+    tail_cmd.register(sub)
 
 
 def run_dump(args: argparse.Namespace) -> int:
