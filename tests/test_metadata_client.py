@@ -691,7 +691,9 @@ def test_real_controllers_a_stopped_standby_answers_stale_and_is_never_applied(t
                 await client.refresh([name, "base"], node=cluster.addresses[active])
                 history.append(_cached_epochs(client))
                 pending = asyncio.ensure_future(client.refresh([name, "base"], node=cluster.addresses[standby]))
-                await asyncio.sleep(0.1)  # the request waits in the stopped standby's socket
+                # the request must wait in the stopped standby's socket before it resumes
+                await _until(lambda: asyncio.sleep(0, _written_to(client, cluster.addresses[standby])), 10,
+                             "the refresh written to the stopped standby")
                 os.kill(pid, signal.SIGCONT)
                 stopped.remove(pid)
                 await pending
@@ -723,6 +725,11 @@ def test_real_controllers_a_stopped_standby_answers_stale_and_is_never_applied(t
             now = later[topic]
             assert now[0] > topic_epoch or (now[0] == topic_epoch and all(
                 now[1][p] >= e for p, e in leaders.items()))
+
+
+def _written_to(client: MetadataClient, address) -> bool:
+    node = client._nodes.get(address)
+    return node is not None and node.conn is not None and node.conn.in_flight > 0
 
 
 def _cached_epochs(client: MetadataClient) -> dict:

@@ -111,6 +111,11 @@ class ClientConnection:
     def alive(self) -> bool:
         return self._conn is not None and not self._conn.closed
 
+    @property
+    def in_flight(self) -> int:
+        """Requests written and not yet answered (or timed out)."""
+        return len(self._pending)
+
     async def close(self) -> None:
         conn = self._conn
         if conn is None:
