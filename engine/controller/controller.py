@@ -50,7 +50,6 @@ import asyncio
 import contextlib
 import logging
 import random
-import re
 import time
 import uuid
 from collections import Counter
@@ -69,6 +68,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i16, i32, i64
 
 from kraftlog.engine.controller import records_fast, replication
+from kraftlog.engine.controller.validation import InvalidRecordsError, check_records, topic_name_problem
 from kraftlog.engine.image import versions
 from kraftlog.engine.image.image import (
     CONTROLLED_SHUTDOWN_IN,
@@ -109,8 +109,6 @@ log = logging.getLogger("kraftlog.controller")
 API_FEATURE_LEVEL = codec.RECORD_TYPES["FeatureLevelRecord"].api_key  # a metadata record, not an RPC
 
 TOPIC_RESOURCE_TYPE = 2  # ConfigResource.Type.TOPIC
-MAX_TOPIC_NAME_CHARS = 249  # Kafka's Topic.MAX_NAME_LENGTH
-_LEGAL_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 BROKER_REGISTRATION_CHANGE = versions.LEVELS["3.3-IV2"]  # Kafka fences/unfences with this record from here
 
 # Kafka's BrokerControlState: where a heartbeat takes a broker (see Controller._next_state)
@@ -304,19 +302,6 @@ def place_replicas_many(order: Sequence[int], partitions: Sequence[int], starts:
     return np.asarray(order, dtype=np.int32)[(position[:, None] + np.arange(replication_factor)) % n]
 
 
-def topic_name_problem(name: str) -> str | None:
-    """Why ``name`` is not a legal topic name (Kafka's Topic.validate), or None."""
-    if not name:
-        return "the topic name is empty"
-    if name in (".", ".."):
-        return f"topic name cannot be {name!r}"
-    if len(name) > MAX_TOPIC_NAME_CHARS:
-        return f"topic name is {len(name)} characters, above the maximum {MAX_TOPIC_NAME_CHARS}"
-    if not _LEGAL_TOPIC_NAME.match(name):
-        return f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_' and '-'"
-    return None
-
-
 # ---- the controller --------------------------------------------------------------------------------
 
 
@@ -360,6 +345,18 @@ class _Refused(Exception):
     def __init__(self, code: ErrorCode, message: str):
         super().__init__(message)
         self.code, self.message = code, message
+
+
+def _write_failure(exc: Exception, what: str) -> tuple[ErrorCode, str]:
+    """The error code and message a write that did not happen answers with: NOT_CONTROLLER when
+    leadership was lost, REQUEST_TIMED_OUT when the commit took too long, UNKNOWN_SERVER_ERROR
+    when the records were refused before proposing (validation.py: a controller bug, logged)."""
+    if isinstance(exc, _NotActive):
+        return ErrorCode.not_controller, f"lost leadership before the {what} were committed"
+    if isinstance(exc, TimeoutError):
+        return ErrorCode.request_timed_out, f"the {what} were not committed in time"
+    log.error("refused to propose %s: %s", what, exc)
+    return ErrorCode.unknown_server_error, f"the {what} were refused before writing: {exc}"
 
 
 class Controller:
@@ -421,8 +418,8 @@ class Controller:
         try:
             async with self._lock:
                 await self._ensure_bootstrapped()
-        except (_NotActive, TimeoutError) as exc:
-            log.info("bootstrap write not done (%s); the next write retries it", type(exc).__name__)
+        except (_NotActive, TimeoutError, InvalidRecordsError) as exc:
+            log.info("bootstrap write not done (%s); the next write retries it", exc or type(exc).__name__)
 
     async def _ensure_bootstrapped(self) -> None:
         """Write metadata.version first if the image has none (call with the lock held): every
@@ -442,8 +439,8 @@ class Controller:
                 continue
             try:
                 await self._fence_expired()
-            except (_NotActive, TimeoutError) as exc:
-                log.info("fencing check not written (%s)", type(exc).__name__)
+            except (_NotActive, TimeoutError, InvalidRecordsError) as exc:
+                log.info("fencing check not written (%s)", exc or type(exc).__name__)
 
     async def _fence_expired(self) -> None:
         now = _now_ms()
@@ -499,6 +496,9 @@ class Controller:
         offset, last offset) once all are in the image."""
         if not self.is_active:
             raise _NotActive()
+        # never propose what this controller could not replay (validation.py): InvalidRecordsError
+        check_records(self.publisher.image, [v for records in proposals for v in records],
+                      base_offset=self.publisher.next_offset)
         try:
             futures = [self.driver.propose(records) for records in proposals]
         except NotLeaderError:
@@ -571,10 +571,8 @@ class Controller:
                          if planned and not req.validate_only]
             if proposals:
                 await self._write_proposals(proposals)
-        except (_NotActive, TimeoutError) as exc:
-            code, why = ((ErrorCode.not_controller, "lost leadership before the topics were committed")
-                         if isinstance(exc, _NotActive) else
-                         (ErrorCode.request_timed_out, "the topics were not committed in time"))
+        except (_NotActive, TimeoutError, InvalidRecordsError) as exc:
+            code, why = _write_failure(exc, "topics")
             for req, answer in batch:
                 answer.set_result(refusal(API_CREATE_TOPICS, req, code, why))
             return
@@ -642,10 +640,8 @@ class Controller:
         async with self._lock:
             try:
                 await self._ensure_bootstrapped()
-            except _NotActive:
-                return _register_response(ErrorCode.not_controller)
-            except TimeoutError:
-                return _register_response(ErrorCode.request_timed_out)
+            except (_NotActive, TimeoutError, InvalidRecordsError) as exc:
+                return _register_response(_write_failure(exc, "registration")[0])
             image = self.publisher.image
             level = image.features.metadata_version
             wanted = {f.name: (f.min_supported_version, f.max_supported_version) for f in req.features}
@@ -669,10 +665,8 @@ class Controller:
                 "LogDirs": list(req.log_dirs)}, allow_loss=True)
             try:
                 await self._write([record])
-            except _NotActive:
-                return _register_response(ErrorCode.not_controller)
-            except TimeoutError:
-                return _register_response(ErrorCode.request_timed_out)
+            except (_NotActive, TimeoutError, InvalidRecordsError) as exc:
+                return _register_response(_write_failure(exc, "registration")[0])
             self._sessions[req.broker_id] = _now_ms() + self.config.session_timeout_ms
             self._shutdown_offsets.pop(req.broker_id, None)  # a new incarnation starts afresh
             return _register_response(ErrorCode.none, epoch)
@@ -703,10 +697,8 @@ class Controller:
                 if state != following:
                     try:
                         await self._transition(current, following)
-                    except _NotActive:
-                        return _heartbeat_response(ErrorCode.not_controller)
-                    except TimeoutError:
-                        return _heartbeat_response(ErrorCode.request_timed_out)
+                    except (_NotActive, TimeoutError, InvalidRecordsError) as exc:
+                        return _heartbeat_response(_write_failure(exc, "state change")[0])
         return _heartbeat_response(ErrorCode.none, caught_up=caught_up, fenced=following in (FENCED, SHUTDOWN_NOW),
                                    shut_down=following == SHUTDOWN_NOW)
 
@@ -784,10 +776,8 @@ class Controller:
             try:
                 await self._ensure_bootstrapped()
                 return await locked(req)
-            except _NotActive:
-                code, why = ErrorCode.not_controller, f"lost leadership before the {what} were committed"
-            except TimeoutError:
-                code, why = ErrorCode.request_timed_out, f"the {what} were not committed in time"
+            except (_NotActive, TimeoutError, InvalidRecordsError) as exc:
+                code, why = _write_failure(exc, what)
         return refusal(api_key, req, code, why)
 
     async def _delete_topics_locked(self, req) -> kdelete_resp.DeleteTopicsResponse:
@@ -932,10 +922,8 @@ class Controller:
             try:
                 await self._ensure_bootstrapped()
                 return await self._alter_partition_locked(req)
-            except _NotActive:
-                return _alter_response(ErrorCode.not_controller, ())
-            except TimeoutError:
-                return _alter_response(ErrorCode.request_timed_out, ())
+            except (_NotActive, TimeoutError, InvalidRecordsError) as exc:
+                return _alter_response(_write_failure(exc, "changes")[0], ())
 
     async def _alter_partition_locked(self, req) -> kalter_resp.AlterPartitionResponse:
         """Kafka's ReplicationControlManager.alterPartition (v3): the leader asks for a new ISR;

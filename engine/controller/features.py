@@ -40,6 +40,7 @@ from kio.schema.update_features.v1 import request as kupdate_req
 from kio.schema.update_features.v1 import response as kupdate_resp
 from kio.static.primitive import i16, i64
 
+from kraftlog.engine.controller.validation import InvalidRecordsError
 from kraftlog.engine.image import versions
 from kraftlog.engine.image.image import METADATA_VERSION, MetadataImage
 from kraftlog.engine.records import metadata as codec
@@ -398,6 +399,8 @@ async def handle_update_features(controller, req: kupdate_req.UpdateFeaturesRequ
             return _all_failed(updates, ErrorCode.not_controller, "lost leadership before the update was committed")
         except TimeoutError:
             return _all_failed(updates, ErrorCode.request_timed_out, "the update was not committed in time")
+        except InvalidRecordsError as exc:
+            return _all_failed(updates, ErrorCode.unknown_server_error, f"the update was refused before writing: {exc}")
     return _response(results)
 
 

@@ -29,6 +29,7 @@ from kio.schema.controller_registration.v0 import response as kreg_resp
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, u16
 
+from kraftlog.engine.controller.validation import InvalidRecordsError
 from kraftlog.engine.image import versions
 from kraftlog.engine.image.image import METADATA_VERSION, ControllerRegistration, Endpoint
 from kraftlog.engine.protocol.apis import API_CONTROLLER_REGISTRATION
@@ -86,6 +87,8 @@ async def handle_controller_registration(controller, req) -> kreg_resp.Controlle
             return _response(ErrorCode.not_controller, "lost leadership before the registration was committed")
         except TimeoutError:
             return _response(ErrorCode.request_timed_out, "the registration was not committed in time")
+        except InvalidRecordsError as exc:
+            return _response(ErrorCode.unknown_server_error, f"the registration was refused before writing: {exc}")
     return _response(ErrorCode.none)
 
 

@@ -27,8 +27,10 @@ metadata.log.max.snapshot.interval.ms), off the event loop (the image is immutab
 start advances past it. A restarted node loads its newest snapshot and replays only the log after.
 
 One socket serves everything (Kafka's wire; responses with header v1 except ApiVersions' v0):
-    raft         Vote, BeginQuorumEpoch, EndQuorumEpoch, DescribeQuorum, Fetch, FetchSnapshot,
-                 Produce (raftnode.py's client API, left as it is)
+    raft         Vote, BeginQuorumEpoch, EndQuorumEpoch, DescribeQuorum, Fetch, FetchSnapshot
+    Produce      refused on every role: only the active controller writes the metadata log, through
+                 its own handlers (NodeTransport._refuse_produce); the bare Raft log node
+                 (raftnode.py, the embedded log backend) is the one that takes Produce
     controller   CreateTopics, DeleteTopics, CreatePartitions, AlterPartition, BrokerRegistration,
                  BrokerHeartbeat (protocol/apis.py), UpdateFeatures (features.py),
                  ControllerRegistration (controller_registration.py): controller role only; the
@@ -55,7 +57,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader
 from kio.serial import entity_reader
-from kio.static.primitive import i16
+from kio.static.primitive import i16, i32, i64
 
 from kraftlog.engine.broker.epoch_offsets import answer as answer_epoch_offsets
 from kraftlog.engine.broker.forwarding import FORWARDED_APIS, Forwarder
@@ -145,6 +147,9 @@ class NodeTransport(RaftTransport):
         api_key, version, _ = wire.peek_request_header(frame)
         if self.metrics is not None:
             self.metrics.request_seen(api_key)
+        if api_key == wire.API_PRODUCE:
+            self._refuse_produce(conn, wire.parse_request(frame))
+            return
         if api_key == wire.API_DESCRIBE_QUORUM and self.forward is not None:
             rf = wire.parse_request(frame)
             self._respond_later(conn, rf.correlation_id,
@@ -215,6 +220,22 @@ class NodeTransport(RaftTransport):
         answer = self._metadata(body)
         return answer if back is None else older_versions.from_served(answer, back)
 
+    def _refuse_produce(self, conn: FrameConnection, rf: wire.RequestFrame) -> None:
+        """Only the active controller writes the metadata log (KIP-500): a client's Produce is
+        answered INVALID_TOPIC_EXCEPTION for __cluster_metadata (Kafka's answer for an internal
+        topic, ReplicaManager.appendToLocalLog) and UNKNOWN_TOPIC_OR_PARTITION for any other topic
+        (a metadata-only node hosts none). acks=0 gets no answer: Kafka closes the connection, so
+        the client learns something failed. The reason is logged once per connection."""
+        if not getattr(conn, "kraftlog_produce_refused", False):
+            conn.kraftlog_produce_refused = True
+            log.warning("refusing Produce from %s (client %s): only the active controller writes %s; records "
+                        "are written through the controller APIs (CreateTopics, ...)", conn.label,
+                        rf.client_id, wire.METADATA_TOPIC)
+        if rf.body.acks == 0:
+            conn.close()
+            return
+        self._respond(conn, produce_refusal(rf.body), rf.correlation_id)
+
     def _answer(self, conn: FrameConnection, answer, correlation_id: int, back: type | None) -> None:
         """Respond with ``answer`` (of the served version), converted to ``back`` when the request
         came at an older version; header v0 for a non-flexible one."""
@@ -256,6 +277,26 @@ class NodeTransport(RaftTransport):
                 conn.close()
                 return
             conn.write(wire.frame_response(correlation_id, future.result(), header_v0=header_v0))
+
+
+def produce_refusal(req):
+    """The ProduceResponse (v10) that refuses every partition of ``req`` (see _refuse_produce)."""
+    from kio.schema.produce.v10 import response as kproduce_resp
+
+    def refused(name: str, index) -> kproduce_resp.PartitionProduceResponse:
+        if name == wire.METADATA_TOPIC:
+            code, why = ErrorCode.invalid_topic_exception, f"Cannot append to internal topic {name}: only the " \
+                                                           "active controller writes it"
+        else:
+            code, why = ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition."
+        return kproduce_resp.PartitionProduceResponse(
+            index=index, error_code=code, base_offset=i64(-1), record_errors=(), error_message=why,
+            current_leader=kproduce_resp.LeaderIdAndEpoch(leader_id=i32(-1), leader_epoch=i32(-1)))
+
+    return kproduce_resp.ProduceResponse(responses=tuple(
+        kproduce_resp.TopicProduceResponse(name=t.name, partition_responses=tuple(
+            refused(t.name, p.index) for p in t.partition_data or ()))
+        for t in req.topic_data or ()))
 
 
 async def _converted(answer, back: type):

@@ -15,6 +15,10 @@ it), logs to stderr, and on SIGTERM/SIGINT resigns if it leads and exits 0.
 port 0, read the port back, and pass the socket, so ports are ephemeral and a restarted node
 keeps its address.
 
+This bare node takes any client's Produce (RaftTransport hands it to the driver): it is the
+embedded log backend, with no metadata image to protect. A metadata node (node.py, roles
+controller / broker) refuses Produce: only its active controller writes that log.
+
 The client API (``RaftClient``) uses only Kafka requests:
     propose(values)       Produce v10, acks=-1, topic __cluster_metadata partition 0, one record
                           batch; the leader answers once the records are committed, with the base
