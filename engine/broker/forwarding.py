@@ -1,6 +1,6 @@
 """A broker forwards the controller's client APIs to the active controller (KIP-590).
 
-Kafka's clients send CreateTopics, DeleteTopics, CreatePartitions and UpdateFeatures to the node a
+Kafka's clients send CreateTopics, DeleteTopics, CreatePartitions, ElectLeaders and UpdateFeatures to the node a
 Metadata answer names as ControllerId, and in KRaft that is a random live broker (the controllers
 are not on the clients' listeners). So a broker takes these requests, asks the active controller
 the same request at the same version over its ControllerChannel (the connection its lifecycle uses
@@ -30,6 +30,7 @@ from kraftlog.engine.protocol.apis import (
     API_CREATE_PARTITIONS,
     API_CREATE_TOPICS,
     API_DELETE_TOPICS,
+    API_ELECT_LEADERS,
     API_UPDATE_FEATURES,
 )
 from kraftlog.engine.protocol.controller_channel import ControllerChannel, Retry
@@ -38,7 +39,8 @@ from kraftlog.raft import wire
 from kraftlog.raft.messages import DescribeQuorumRequest
 
 RETRY_BACKOFF_S, RETRY_BACKOFF_MAX_S = 0.05, 0.5  # between rounds over the controllers, while none takes it
-FORWARDED_APIS = frozenset({API_CREATE_TOPICS, API_DELETE_TOPICS, API_CREATE_PARTITIONS, API_UPDATE_FEATURES})
+FORWARDED_APIS = frozenset({API_CREATE_TOPICS, API_DELETE_TOPICS, API_CREATE_PARTITIONS, API_UPDATE_FEATURES,
+                            API_ELECT_LEADERS})
 
 
 class Forwarder:
@@ -75,5 +77,5 @@ class Forwarder:
 
 
 def _request_timeout_ms(body) -> int:
-    timeout = getattr(body, "timeout", None)  # CreateTopics, DeleteTopics, CreatePartitions, UpdateFeatures
+    timeout = getattr(body, "timeout", None)  # CreateTopics, DeleteTopics, CreatePartitions, ElectLeaders, UpdateFeatures
     return max(0, int(timeout.total_seconds() * 1000)) if timeout is not None else 0

@@ -17,6 +17,9 @@ Settings come from flags, or from ``--config FILE``: a Java properties file with
     metadata.log.max.record.bytes.between.snapshots=20971520
     metadata.log.max.snapshot.interval.ms=3600000
     socket.request.max.bytes=104857600
+    auto.leader.rebalance.enable=true
+    leader.imbalance.check.interval.seconds=300
+    leader.imbalance.per.broker.percentage=10
 
 TLS (``--tls-cert/--tls-key/--tls-ca``, engine/node/tls.py): the listener requires client
 certificates signed by the CA, and the node presents its own certificate to the other nodes.
@@ -46,11 +49,15 @@ _PROPERTIES = {
     "metadata.log.max.record.bytes.between.snapshots": ("snapshot_max_new_bytes", int),
     "metadata.log.max.snapshot.interval.ms": ("snapshot_interval_ms", int),
     "socket.request.max.bytes": ("max_frame_bytes", int),
+    "auto.leader.rebalance.enable": ("auto_leader_rebalance_enable", lambda v: _boolean(v)),
+    "leader.imbalance.check.interval.seconds": ("leader_imbalance_check_interval_seconds", int),
+    "leader.imbalance.per.broker.percentage": ("leader_imbalance_per_broker_percentage", int),
 }
 _DEFAULTS = {"election_timeout_ms": 1000, "fetch_timeout_ms": 2000, "request_timeout_ms": 2000,
              "fetch_max_wait_ms": 500, "session_timeout_ms": 9000, "heartbeat_interval_ms": 2000,
              "snapshot_max_new_bytes": 20 << 20, "snapshot_interval_ms": 3_600_000, "log_level": "INFO",
-             "max_frame_bytes": 100 << 20}
+             "max_frame_bytes": 100 << 20, "auto_leader_rebalance_enable": True,
+             "leader_imbalance_check_interval_seconds": 300, "leader_imbalance_per_broker_percentage": 10}
 _REQUIRED = {"node_id": "--node-id", "controller_quorum_voters": "--controller-quorum-voters", "dir": "--dir"}
 
 
@@ -85,6 +92,14 @@ def register(parser: argparse.ArgumentParser) -> None:
                        ("--snapshot-max-new-bytes", "write a snapshot after this many bytes of new log"),
                        ("--snapshot-interval-ms", "... or after this long with new log")):
         run.add_argument(flag, type=int, default=None, help=what)
+    run.add_argument("--auto-leader-rebalance-enable", type=_boolean, default=None, metavar="true|false",
+                     help="move leaderships back to preferred replicas (auto.leader.rebalance.enable; default true)")
+    run.add_argument("--leader-imbalance-check-interval-seconds", type=int, default=None, metavar="S",
+                     help="how often the active controller heals ISRs and checks leader balance "
+                          "(leader.imbalance.check.interval.seconds; default 300)")
+    run.add_argument("--leader-imbalance-per-broker-percentage", type=int, default=None, metavar="P",
+                     help="rebalance a broker's preferred leaderships once more than P%% of them are led "
+                          "elsewhere (leader.imbalance.per.broker.percentage; default 10)")
     run.add_argument("--max-metadata-version", default=None, metavar="V",
                      help="advertise metadata.version support only up to V (a name like 3.9-IV0 or a level): "
                           "plays a node of an older release, e.g. to test upgrade/downgrade checks")
@@ -123,6 +138,14 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
         if getattr(args, dest) is None:
             raise ToolError(f"{flag} is required (or its setting in --config)")
     return args
+
+
+def _boolean(text: str) -> bool:
+    """A Kafka boolean setting: true or false (any case)."""
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"{text!r} is not true or false")
+    return value == "true"
 
 
 def _read_properties(path: str) -> dict[str, str]:

@@ -64,6 +64,7 @@ from kio.schema.create_partitions.v3 import response as kpartitions_resp
 from kio.schema.create_topics.v7 import request as kcreate_req
 from kio.schema.create_topics.v7 import response as kcreate_resp
 from kio.schema.delete_topics.v6 import response as kdelete_resp
+from kio.schema.elect_leaders.v2 import response as kelect_resp
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i16, i32, i64
 
@@ -87,12 +88,14 @@ from kraftlog.engine.protocol.apis import (
     API_CREATE_PARTITIONS,
     API_CREATE_TOPICS,
     API_DELETE_TOPICS,
+    API_ELECT_LEADERS,
 )
 from kraftlog.engine.protocol.responses import (
     NO_THROTTLE,
     create_response,
     delete_response,
     deleted_result,
+    elect_response,
     given_id,
     partitions_response,
     partitions_result,
@@ -315,6 +318,12 @@ class ControllerConfig:
     write_timeout_ms: int = 10_000  # a write not committed within this answers REQUEST_TIMED_OUT
     max_records_per_batch: int = 10_000  # Kafka's controller maxRecordsPerBatch: non-atomic writes split here
     default_min_isr: int = 1  # min.insync.replicas for topics without their own (ELR decisions)
+    # Kafka's preferred-leader balancing: auto.leader.rebalance.enable,
+    # leader.imbalance.check.interval.seconds (here in ms), leader.imbalance.per.broker.percentage.
+    # The same interval also heals ISRs a write may have missed (see _heal).
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_ms: int = 300_000
+    leader_imbalance_per_broker_percentage: int = 10
     # New replicas' directories by Kafka's defaultDir (a broker's single log dir, else UNASSIGNED;
     # records_fast.default_directory), as Kafka's controller writes them from 3.7-IV2; False writes
     # MIGRATING everywhere (what Kafka writes below 3.7-IV2, and what brokers accept at any level).
@@ -379,6 +388,7 @@ class Controller:
         self._shutdown_offsets: dict[int, int] = {}
         self._active_epoch = -1  # the Raft epoch this controller became active in, else -1
         self._fence_task: asyncio.Task | None = None
+        self._heal_task: asyncio.Task | None = None
         self.writes = 0
 
     # -- activity -------------------------------------------------------------------------------
@@ -407,12 +417,15 @@ class Controller:
         loop.create_task(self._bootstrap())
         if self._fence_task is None or self._fence_task.done():
             self._fence_task = loop.create_task(self._fence_loop())
+        if self._heal_task is None or self._heal_task.done():
+            self._heal_task = loop.create_task(self._heal_loop())
 
     async def close(self) -> None:
-        if self._fence_task is not None:
-            self._fence_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._fence_task
+        for task in (self._fence_task, self._heal_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     async def _bootstrap(self) -> None:
         try:
@@ -441,6 +454,48 @@ class Controller:
                 await self._fence_expired()
             except (_NotActive, TimeoutError, InvalidRecordsError) as exc:
                 log.info("fencing check not written (%s)", exc or type(exc).__name__)
+
+    async def _heal_loop(self) -> None:
+        """Every leader.imbalance.check.interval while active: ``_heal``."""
+        interval_s = self.config.leader_imbalance_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            if not self.is_active:
+                if self._active_epoch < 0:
+                    return
+                continue
+            try:
+                async with self._lock:
+                    await self._heal()
+            except (_NotActive, TimeoutError, InvalidRecordsError) as exc:
+                log.info("partition healing not written (%s)", exc or type(exc).__name__)
+
+    async def _heal(self) -> None:
+        """Partitions heal (call with the lock held). First every live replica outside an ISR
+        rejoins it (unfencing does this at once; this catches what a lost leadership cut short);
+        then, with auto.leader.rebalance.enable, preferred replicas in the ISR take their
+        leadership back for every broker whose imbalance ratio (partitions it is preferred for but
+        does not lead / partitions it is preferred for) is above
+        leader.imbalance.per.broker.percentage (Kafka's checkAndTriggerAutoLeaderRebalance)."""
+        cfg = self.config
+        image = self.publisher.image
+        rules = replication.rules_for(image, default_min_isr=cfg.default_min_isr)
+        rows = replication.rows_missing_live_replicas(image.topics, rules.acceptable)
+        expansions = replication.expansion_changes(image.topics, rows, rules)
+        if len(expansions):
+            log.info("%d partition(s) take live replicas back into their ISR", len(expansions))
+            await self._write_many(replication.encode_changes(expansions))
+        if not cfg.auto_leader_rebalance_enable:
+            return
+        image = self.publisher.image
+        brokers = replication.imbalanced_brokers(image.topics, cfg.leader_imbalance_per_broker_percentage)
+        if not len(brokers):
+            return
+        elections = replication.preferred_changes(image, brokers=brokers, default_min_isr=cfg.default_min_isr)
+        if len(elections):
+            log.info("preferred leader election for %d partition(s) of broker(s) %s", len(elections),
+                     brokers.tolist())
+            await self._write_many(replication.encode_changes(elections))
 
     async def _fence_expired(self) -> None:
         now = _now_ms()
@@ -522,10 +577,16 @@ class Controller:
 
     def _unfence_records(self, broker) -> list[bytes]:
         """Kafka's handleBrokerUnfenced: the unfencing record first, then offline partitions elect
-        a leader (the broker counting as live). Leaders never move back otherwise."""
+        a leader (the broker counting as live), then the broker rejoins the ISR of every led
+        partition it is a replica of: what Kafka's ISR expansion ends with once the follower has
+        caught up, at once here (a metadata-only replica has nothing to copy). Leaders move back
+        to preferred replicas later (``_heal``)."""
         image = self.publisher.image
-        changes = replication.unfence_changes(image, broker.broker_id, default_min_isr=self.config.default_min_isr)
-        return [_fencing_record(image, broker, fence=False)] + replication.encode_changes(changes)
+        min_isr = self.config.default_min_isr
+        elections = replication.unfence_changes(image, broker.broker_id, default_min_isr=min_isr)
+        expansions = replication.expand_isr_changes(image, broker.broker_id, default_min_isr=min_isr)
+        return [_fencing_record(image, broker, fence=False)] + replication.encode_changes(elections) \
+            + replication.encode_changes(expansions)
 
     def _controlled_shutdown_records(self, broker) -> list[bytes]:
         """Kafka's handleBrokerInControlledShutdown: BrokerRegistrationChangeRecord
@@ -972,6 +1033,45 @@ class Controller:
         return _alter_response(ErrorCode.none, tuple(
             kalter_resp.TopicData(topic_id=topic_id, partitions=tuple(parts)) for topic_id, parts in out))
 
+    # -- ElectLeaders --------------------------------------------------------------------------------
+
+    async def elect_leaders(self, req) -> kelect_resp.ElectLeadersResponse:
+        return await self._per_topic_write(API_ELECT_LEADERS, req, self._elect_leaders_locked, "elections")
+
+    async def _elect_leaders_locked(self, req) -> kelect_resp.ElectLeadersResponse:
+        """Kafka's ReplicationControlManager.electLeaders: PREFERRED (0) or UNCLEAN (1) per named
+        partition (replication.elect_one); with no partitions named, every partition, answering
+        only those whose election was needed. Every change in one write."""
+        image = self.publisher.image
+        rules = replication.rules_for(image, default_min_isr=self.config.default_min_isr)
+        election = int(req.election_type)
+        if election not in (replication.PREFERRED, replication.UNCLEAN):
+            return elect_response(ErrorCode.invalid_request, [])
+        topics = image.topics
+        named = req.topic_partitions is not None
+        wanted = [(t.topic, [topics.partition(t.topic, int(p)) or int(p) for p in t.partitions])
+                  for t in req.topic_partitions] if named else \
+            [(name, topics.partitions_of(name)) for name in topics.topic_names()]
+        results, records = [], []
+        for name, partitions in wanted:
+            parts = []
+            for part in partitions:
+                if isinstance(part, int):  # a named partition that does not exist
+                    parts.append((part, ErrorCode.unknown_topic_or_partition, f"No such partition as {name}-{part}"))
+                    continue
+                data, error = replication.elect_one(part, election, rules)
+                if data is not None:
+                    records.append(codec.encode_record("PartitionChangeRecord", rules.record_version, data))
+                    parts.append((part.partition_id, ErrorCode.none, None))
+                elif named or error != "election_not_needed":
+                    parts.append((part.partition_id, ErrorCode[error], None))
+            if parts:
+                results.append((name, parts))
+        if records:
+            await self._write_many(records)
+            log.info("ElectLeaders (%s) moved %d leader(s)", "unclean" if election else "preferred", len(records))
+        return elect_response(ErrorCode.none, results)
+
     # -- the request table ----------------------------------------------------------------------------
 
     def write_handlers(self) -> dict:
@@ -979,7 +1079,8 @@ class Controller:
         (the transport runs them as tasks and answers in request order)."""
         return {API_CREATE_TOPICS: self.create_topics, API_BROKER_REGISTRATION: self.register_broker,
                 API_BROKER_HEARTBEAT: self.heartbeat, API_DELETE_TOPICS: self.delete_topics,
-                API_CREATE_PARTITIONS: self.create_partitions, API_ALTER_PARTITION: self.alter_partition}
+                API_CREATE_PARTITIONS: self.create_partitions, API_ALTER_PARTITION: self.alter_partition,
+                API_ELECT_LEADERS: self.elect_leaders}
 
 
 # ---- records and responses ------------------------------------------------------------------------------

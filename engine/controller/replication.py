@@ -46,7 +46,7 @@ from kraftlog.engine.records import metadata as codec
 ELR_FEATURE = "eligible.leader.replicas.version"  # Kafka's EligibleLeaderReplicasVersion.FEATURE_NAME
 MIN_ISR_CONFIG = "min.insync.replicas"
 EPOCH_BUMP_ON_SHRINK_BEFORE = versions.LEVELS["3.6-IV0"]  # MetadataVersion.isLeaderEpochBumpRequiredOnIsrShrink
-RECOVERING = 1  # LeaderRecoveryState.RECOVERING
+RECOVERED, RECOVERING = 0, 1  # LeaderRecoveryState
 TOPIC_RESOURCE_TYPE = 2
 _API_PARTITION_CHANGE = 5
 _MAX_TEMPLATE_ISR = 31  # the Isr tag's size (1 + 4n bytes) fits one uvarint byte up to here
@@ -409,3 +409,175 @@ def unfence_changes(image: MetadataImage, broker: int, *, default_min_isr: int =
     counting as acceptable (Kafka's handleBrokerUnfenced)."""
     rules = rules_for(image, add=broker, default_min_isr=default_min_isr)
     return plan_changes(image.topics, rows_without_leader(image.topics), rules)
+
+
+# ---- healing: ISR expansion, preferred leaders, ElectLeaders ----------------------------------------
+#
+# In a metadata-only cluster a replica holds no data to copy, so a replica whose broker is
+# registered, unfenced and not shutting down is in sync by definition: the controller writes the
+# ISR expansion Kafka's partition leader would ask for (AlterPartition) once the follower caught
+# up. The preferred replica is the first of the replica list (Kafka's preferred leader).
+
+
+def rows_missing_live_replicas(topics: TopicsImage, acceptable: np.ndarray) -> np.ndarray:
+    """Partitions with a leader and an acceptable replica outside their ISR."""
+    def predicate(a, n):
+        replicas, isr = a["replicas"][:n], a["isr"][:n]
+        in_isr = (replicas[:, :, None] == isr[:, None, :]).any(axis=2)
+        missing = (replicas >= 0) & ~in_isr & np.isin(replicas, acceptable)
+        return missing.any(axis=1) & (a["leader"][:n] >= 0)
+    return _scan(topics, predicate)
+
+
+def rows_with_replica_outside_isr(topics: TopicsImage, broker: int) -> np.ndarray:
+    """Partitions with a leader where ``broker`` is a replica but not in the ISR."""
+    return _scan(topics, lambda a, n: (a["replicas"][:n] == broker).any(axis=1)
+                 & ~(a["isr"][:n] == broker).any(axis=1) & (a["leader"][:n] >= 0))
+
+
+def expansion_changes(topics: TopicsImage, rows: np.ndarray, rules: Rules) -> PartitionChanges:
+    """The ISR of partition ``rows`` grows by every acceptable replica outside it (appended in
+    replica order); leaders stay. Partitions with ELR state, or all when ELR is enabled, go
+    through ``build_change`` (its ELR rules apply to the grown ISR)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    out = PartitionChanges.empty(rules.record_version)
+    if not len(rows):
+        return out
+    p = topics.partitions
+    scalar = _elr_rows(p, rows, rules)
+    if scalar.any():
+        out.extra = _scalar_expansions(topics, rows[scalar], rules)
+        rows = rows[~scalar]
+    if not len(rows):
+        return out
+    replicas, isr = p.gather(rows, "replicas"), p.gather(rows, "isr")
+    in_isr = (replicas[:, :, None] == isr[:, None, :]).any(axis=2)
+    missing = (replicas >= 0) & ~in_isr & np.isin(replicas, rules.acceptable)
+    grown, counts = _compact_without(np.concatenate([isr, np.where(missing, replicas, -1)], axis=1), -2)
+    changed = np.flatnonzero(missing.any(axis=1))
+    trows = p.gather(rows[changed], "topic_row")
+    out.topic_hi = topics.topics.gather(trows, "id_hi")
+    out.topic_lo = topics.topics.gather(trows, "id_lo")
+    out.partition_id = p.gather(rows[changed], "partition_id")
+    out.leader = np.full(len(changed), NO_LEADER_CHANGE, dtype=np.int32)
+    out.isr = grown[changed]
+    out.isr_count = counts[changed]
+    return out
+
+
+def _elr_rows(p, rows: np.ndarray, rules: Rules) -> np.ndarray:
+    """Rows the scalar builder takes: ELR state, or a RECOVERING leader (its ISR may not grow
+    before it is RECOVERED; metadata-only, it has nothing to recover, so the change says so)."""
+    if rules.elr_enabled:
+        return np.ones(len(rows), dtype=bool)
+    return (p.gather(rows, "eligible_leader_replicas") >= 0).any(axis=1) | \
+        (p.gather(rows, "last_known_elr") >= 0).any(axis=1) | (p.gather(rows, "leader_recovery_state") == RECOVERING)
+
+
+def _scalar_expansions(topics: TopicsImage, rows: np.ndarray, rules: Rules) -> list[dict]:
+    out = []
+    for prow in rows.tolist():
+        part = topics.registration(prow)
+        if part is None:
+            continue
+        target = list(part.isr) + [b for b in part.replicas if b not in part.isr and rules.is_acceptable(b)]
+        data = build_change(part, target, rules, target_recovery_state=RECOVERED)
+        if data is not None:
+            out.append(data)
+    return out
+
+
+def expand_isr_changes(image: MetadataImage, broker: int, *, default_min_isr: int = 1) -> PartitionChanges:
+    """``broker`` is being unfenced: it rejoins the ISR of every partition with a leader where it
+    is a replica (metadata-only: nothing to copy first). With ``add=broker`` it counts as live."""
+    rules = rules_for(image, add=broker, default_min_isr=default_min_isr)
+    return expansion_changes(image.topics, rows_with_replica_outside_isr(image.topics, broker), rules)
+
+
+def preferred_rows(topics: TopicsImage, acceptable: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, preferred replica) of partitions whose preferred replica is acceptable and in the
+    ISR but not the leader: Kafka's imbalanced partitions a preferred election moves."""
+    def predicate(a, n):
+        first = a["replicas"][:n, 0]
+        in_isr = (a["isr"][:n] == first[:, None]).any(axis=1)
+        return (first >= 0) & (a["leader"][:n] != first) & in_isr & np.isin(first, acceptable)
+    rows = _scan(topics, predicate)
+    return rows, topics.partitions.gather(rows, "replicas")[:, 0] if len(rows) else np.zeros(0, np.int32)
+
+
+def imbalanced_brokers(topics: TopicsImage, percentage: int) -> np.ndarray:
+    """Preferred replicas (broker ids) that lead at most ``100 - percentage`` % of the partitions
+    they are preferred for, i.e. whose imbalance ratio is above
+    ``leader.imbalance.per.broker.percentage``: Kafka's checkAndTriggerAutoLeaderRebalance."""
+    preferred, led = [], []
+    for chunk in topics.partitions.chunks:
+        a, n = chunk.arrays, chunk.rows
+        live = (a["topic_row"][:n] >= 0) & (a["partition_id"][:n] >= 0)
+        first = a["replicas"][:n, 0][live]
+        preferred.append(first)
+        led.append(a["leader"][:n][live] == first)
+    if not preferred:
+        return np.zeros(0, dtype=np.int32)
+    first, ok = np.concatenate(preferred), np.concatenate(led)
+    brokers, inverse = np.unique(first, return_inverse=True)
+    total = np.bincount(inverse, minlength=len(brokers))
+    not_led = np.bincount(inverse, weights=~ok, minlength=len(brokers))
+    return brokers[(brokers >= 0) & (not_led * 100 > total * percentage)].astype(np.int32)
+
+
+def preferred_changes(image: MetadataImage, *, brokers: np.ndarray | None = None,
+                      default_min_isr: int = 1) -> PartitionChanges:
+    """Preferred-leader elections: every partition whose preferred replica is acceptable, in the
+    ISR and not leading gets it as leader (only those preferring ``brokers`` when given)."""
+    rules = rules_for(image, default_min_isr=default_min_isr)
+    rows, first = preferred_rows(image.topics, rules.acceptable)
+    if brokers is not None:
+        rows, first = rows[np.isin(first, brokers)], first[np.isin(first, brokers)]
+    return leader_changes(image.topics, rows, first.astype(np.int32), rules)
+
+
+def leader_changes(topics: TopicsImage, rows: np.ndarray, leaders: np.ndarray, rules: Rules) -> PartitionChanges:
+    """Leader = ``leaders[i]`` for partition ``rows[i]`` (the ISR unchanged): a block of Leader-only
+    records."""
+    out = PartitionChanges.empty(rules.record_version)
+    if not len(rows):
+        return out
+    p = topics.partitions
+    trows = p.gather(rows, "topic_row")
+    out.topic_hi = topics.topics.gather(trows, "id_hi")
+    out.topic_lo = topics.topics.gather(trows, "id_lo")
+    out.partition_id = p.gather(rows, "partition_id")
+    out.leader = np.asarray(leaders, dtype=np.int32)
+    out.isr = np.full((len(rows), 1), -1, dtype=np.int32)
+    out.isr_count = np.full(len(rows), -1, dtype=np.int32)
+    return out
+
+
+PREFERRED, UNCLEAN = 0, 1  # ElectLeaders' ElectionType
+
+
+def elect_one(part: PartitionRegistration, election_type: int, rules: Rules) -> tuple[dict | None, str | None]:
+    """(the PartitionChangeRecord data, None) for one ElectLeaders partition, or (None, the Kafka
+    error name): ELECTION_NOT_NEEDED when the preferred replica already leads (PREFERRED) or a
+    leader exists (UNCLEAN); PREFERRED_LEADER_NOT_AVAILABLE when the preferred replica is not in
+    the ISR or not acceptable; ELIGIBLE_LEADERS_NOT_AVAILABLE when no replica can lead
+    (Kafka's ReplicationControlManager.electLeader)."""
+    preferred = part.replicas[0] if part.replicas else NO_LEADER
+    if election_type == PREFERRED:
+        if part.leader == preferred:
+            return None, "election_not_needed"
+        if preferred not in part.isr or not rules.is_acceptable(preferred):
+            return None, "preferred_leader_not_available"
+        return {"TopicId": part.topic_id, "PartitionId": part.partition_id, "Leader": preferred}, None
+    if part.leader != NO_LEADER:
+        return None, "election_not_needed"
+    data = build_change(part, list(part.isr), rules)
+    if data is not None and data.get("Leader", NO_LEADER) >= 0:
+        return data, None
+    # unclean: the first live replica leads with an ISR of itself. Kafka marks it RECOVERING until
+    # the leader reports its log recovered; a metadata-only replica has no log to recover, so the
+    # partition stays RECOVERED (else nothing would ever end the RECOVERING state)
+    live = [b for b in part.replicas if rules.is_acceptable(b)]
+    if not live:
+        return None, "eligible_leaders_not_available"
+    return {"TopicId": part.topic_id, "PartitionId": part.partition_id, "Leader": live[0], "Isr": [live[0]]}, None

@@ -674,7 +674,11 @@ async def serve(args) -> int:
     server_ssl, client_ssl = tls.server_context(args), tls.client_context(args)
     try:
         node = MetadataNode(args.node_id, voters, args.dir, cluster_id=cluster_id, roles=roles, config=config,
-                            controller_config=ControllerConfig(session_timeout_ms=args.session_timeout_ms),
+                            controller_config=ControllerConfig(
+                                session_timeout_ms=args.session_timeout_ms,
+                                auto_leader_rebalance_enable=args.auto_leader_rebalance_enable,
+                                leader_imbalance_check_interval_ms=args.leader_imbalance_check_interval_seconds * 1000,
+                                leader_imbalance_per_broker_percentage=args.leader_imbalance_per_broker_percentage),
                             broker=broker, snapshot_policy=SnapshotPolicy(args.snapshot_max_new_bytes,
                                                                           args.snapshot_interval_ms),
                             max_metadata_version=args.max_metadata_version,

@@ -6,9 +6,10 @@ must not import engine. Older versions of these are converted to the served one
 
 Who serves what (engine/node/node.py builds the tables):
     every role     Metadata, OffsetsForLeaderEpoch (on __cluster_metadata-0)
-    controllers    CreateTopics, DeleteTopics, CreatePartitions, AlterPartition, UpdateFeatures,
+    controllers    CreateTopics, DeleteTopics, CreatePartitions, AlterPartition, ElectLeaders, UpdateFeatures,
                    BrokerRegistration, BrokerHeartbeat, ControllerRegistration
-    brokers        forward CreateTopics, DeleteTopics, CreatePartitions, UpdateFeatures (KIP-590)
+    brokers        forward CreateTopics, DeleteTopics, CreatePartitions, UpdateFeatures, ElectLeaders
+                   (KIP-590)
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from kio.schema.create_topics.v7 import request as kcreate_req
 from kio.schema.create_topics.v7 import response as kcreate_resp
 from kio.schema.delete_topics.v6 import request as kdelete_req
 from kio.schema.delete_topics.v6 import response as kdelete_resp
+from kio.schema.elect_leaders.v2 import request as kelect_req
+from kio.schema.elect_leaders.v2 import response as kelect_resp
 from kio.schema.metadata.v12 import request as kmetadata_req
 from kio.schema.metadata.v12 import response as kmetadata_resp
 from kio.schema.offset_for_leader_epoch.v4 import request as kepoch_req
@@ -39,6 +42,7 @@ API_CREATE_TOPICS = 19
 API_DELETE_TOPICS = 20
 API_OFFSETS_FOR_LEADER_EPOCH = 23
 API_CREATE_PARTITIONS = 37
+API_ELECT_LEADERS = 43
 API_ALTER_PARTITION = 56
 API_UPDATE_FEATURES = 57
 API_BROKER_REGISTRATION = 62
@@ -54,6 +58,7 @@ CONTROLLER_APIS: dict[int, tuple[int, type, type]] = {
     API_DELETE_TOPICS: (6, kdelete_req.DeleteTopicsRequest, kdelete_resp.DeleteTopicsResponse),
     API_CREATE_PARTITIONS: (3, kpartitions_req.CreatePartitionsRequest, kpartitions_resp.CreatePartitionsResponse),
     API_ALTER_PARTITION: (3, kalter_req.AlterPartitionRequest, kalter_resp.AlterPartitionResponse),
+    API_ELECT_LEADERS: (2, kelect_req.ElectLeadersRequest, kelect_resp.ElectLeadersResponse),
 }
 # v1 is the last version with per-feature results (v2 answers with one top-level error only) and
 # the first with UpgradeType and ValidateOnly

@@ -18,7 +18,8 @@ versions served here is DeleteTopics' ``topic_names`` (v0-v5, strings) -> ``topi
 topic id).
 
 The ranges follow Kafka 4.0's baselines (KIP-896 removed older versions): Metadata v4-v12,
-CreateTopics v2-v7, DeleteTopics v1-v6, CreatePartitions v0-v3. The other APIs keep one version.
+CreateTopics v2-v7, DeleteTopics v1-v6, CreatePartitions v0-v3, ElectLeaders v0-v2 (v0 has no
+ElectionType: its zero value, PREFERRED, is what v0 means). The other APIs keep one version.
 """
 
 from __future__ import annotations
@@ -38,10 +39,12 @@ from kraftlog.engine.protocol.apis import (
     API_CREATE_PARTITIONS,
     API_CREATE_TOPICS,
     API_DELETE_TOPICS,
+    API_ELECT_LEADERS,
     API_METADATA,
 )
 
-OLDEST: dict[int, int] = {API_METADATA: 4, API_CREATE_TOPICS: 2, API_DELETE_TOPICS: 1, API_CREATE_PARTITIONS: 0}
+OLDEST: dict[int, int] = {API_METADATA: 4, API_CREATE_TOPICS: 2, API_DELETE_TOPICS: 1, API_CREATE_PARTITIONS: 0,
+                          API_ELECT_LEADERS: 0}
 
 
 def version_range(api_key: int, served: int) -> tuple[int, int]:

@@ -1,4 +1,4 @@
-"""Answers to the topic APIs and UpdateFeatures built from a request, for the controller's
+"""Answers to the topic APIs, ElectLeaders and UpdateFeatures built from a request, for the controller's
 handlers and for a request nobody acted on (``refusal``: not the active controller, timed out, no
 controller reachable from a forwarding broker): the shapes each API's clients read.
 """
@@ -11,13 +11,16 @@ import uuid
 from kio.schema.create_partitions.v3 import response as kpartitions_resp
 from kio.schema.create_topics.v7 import response as kcreate_resp
 from kio.schema.delete_topics.v6 import response as kdelete_resp
+from kio.schema.elect_leaders.v2 import response as kelect_resp
 from kio.schema.errors import ErrorCode
 from kio.schema.update_features.v1 import response as kupdate_resp
+from kio.static.primitive import i32
 
 from kraftlog.engine.protocol.apis import (
     API_CREATE_PARTITIONS,
     API_CREATE_TOPICS,
     API_DELETE_TOPICS,
+    API_ELECT_LEADERS,
     API_UPDATE_FEATURES,
 )
 
@@ -45,7 +48,17 @@ def refusal(api_key: int, req, code: ErrorCode, message: str):
             throttle_time=NO_THROTTLE, error_code=code, error_message=message,
             results=tuple(kupdate_resp.UpdatableFeatureResult(feature=u.feature, error_code=code, error_message=message)
                           for u in req.feature_updates))
+    if api_key == API_ELECT_LEADERS:  # the top-level error (what Kafka answers NOT_CONTROLLER with)
+        return elect_response(code, [])
     raise ValueError(f"no refusal for API {api_key}")
+
+
+def elect_response(code: ErrorCode, results) -> kelect_resp.ElectLeadersResponse:
+    """ElectLeaders v2: ``results`` are (topic, [(partition, error code, message)]) pairs."""
+    return kelect_resp.ElectLeadersResponse(throttle_time=NO_THROTTLE, error_code=code, replica_election_results=tuple(
+        kelect_resp.ReplicaElectionResult(topic=topic, partition_result=tuple(
+            kelect_resp.PartitionResult(partition_id=i32(p), error_code=c, error_message=m) for p, c, m in parts))
+        for topic, parts in results))
 
 
 def deleted_result(name: str | None, topic_id, code: ErrorCode, message: str | None) -> kdelete_resp.DeletableTopicResult:
