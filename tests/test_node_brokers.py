@@ -48,7 +48,9 @@ pytestmark = pytest.mark.slow
 
 BROKERS = (101, 102, 103)
 RACKS = {101: "rack-a", 102: "rack-b", 103: "rack-c"}
-SESSION_TIMEOUT_MS = 1500
+# long enough that a loaded machine does not expire a live broker's session (a spurious fence moved
+# leaderships away before the SIGSTOP step measured them); the SIGSTOP fencing waits this out
+SESSION_TIMEOUT_MS = 6000
 SNAPSHOT_BYTES = 64 << 10  # small, so the scenario writes many snapshots
 
 
@@ -66,7 +68,8 @@ class BrokerCluster(NodeCluster):
                 "--controller-quorum-voters", self.voters_arg, "--dir", self.dir_of(i), "--listen-fd", str(listen_fd),
                 "--election-timeout-ms", "300", "--fetch-timeout-ms", "600", "--request-timeout-ms", "400",
                 "--fetch-max-wait-ms", "200", "--session-timeout-ms", str(SESSION_TIMEOUT_MS),
-                "--heartbeat-interval-ms", "200", "--snapshot-max-new-bytes", str(SNAPSHOT_BYTES), *roles]
+                "--heartbeat-interval-ms", "200", "--snapshot-max-new-bytes", str(SNAPSHOT_BYTES),
+                "--leader-imbalance-check-interval-seconds", "1", *roles]
 
 
 @pytest.fixture
@@ -203,14 +206,17 @@ def test_brokers_pull_metadata_restart_from_snapshots_and_get_fenced(cluster):
             assert unknown.error_code == ErrorCode.unknown_topic_or_partition
 
             # broker 102 stops heartbeating (SIGSTOP): fenced, left out of metadata answers, and its
-            # leaderships move to other ISR members with a higher leader epoch
+            # leaderships move to other ISR members with a higher leader epoch. First every
+            # partition is led by its preferred replica (partitions heal: a broker fenced by a
+            # stall earlier has its leaderships back)
+            md = await _until(lambda: _preferred_led(conns, 101), 30, "every partition led by its preferred replica")
             before = {(t.name, int(p.partition_index)): (int(p.leader_id), int(p.leader_epoch))
-                      for t in (await conns.metadata(101)).topics for p in t.partitions}
+                      for t in md.topics for p in t.partitions}
             led_by_102 = {k for k, (leader, _) in before.items() if leader == 102}
             assert len(led_by_102) > 100
             os.kill(cluster.procs[102].pid, signal.SIGSTOP)
             try:
-                fenced = await _until(lambda: _all_live(conns, 101, {101, 103}), 15, "broker 102 fenced")
+                fenced = await _until(lambda: _all_live(conns, 101, {101, 103}), 30, "broker 102 fenced")
                 # the fence and the leader moves are one ordered write: by the time the broker is
                 # out of the answers, every partition it led has a new leader
                 after = {(t.name, int(p.partition_index)): (int(p.leader_id), int(p.leader_epoch), p.isr_nodes)
@@ -295,6 +301,11 @@ async def _scrape(cluster: BrokerCluster, i: int) -> dict[str, float]:
 async def _all_live(conns: Conns, at: int, expected: set[int]):
     md = await conns.metadata(at)
     return md if _live(md) == expected else None
+
+
+async def _preferred_led(conns: Conns, at: int):
+    md = await conns.metadata(at)
+    return md if all(int(p.leader_id) == int(p.replica_nodes[0]) for t in md.topics for p in t.partitions) else None
 
 
 async def _has_topics(conns: Conns, at: int, count: int):
