@@ -226,6 +226,8 @@ class NodeTransport(RaftTransport):
         topic, ReplicaManager.appendToLocalLog) and UNKNOWN_TOPIC_OR_PARTITION for any other topic
         (a metadata-only node hosts none). acks=0 gets no answer: Kafka closes the connection, so
         the client learns something failed. The reason is logged once per connection."""
+        if rf.body.topic_data is None or any(t.partition_data is None for t in rf.body.topic_data):
+            raise wire.WireFormatError("Produce with a null topic or partition array")
         if not getattr(conn, "kraftlog_produce_refused", False):
             conn.kraftlog_produce_refused = True
             log.warning("refusing Produce from %s (client %s): only the active controller writes %s; records "
@@ -295,8 +297,8 @@ def produce_refusal(req):
 
     return kproduce_resp.ProduceResponse(responses=tuple(
         kproduce_resp.TopicProduceResponse(name=t.name, partition_responses=tuple(
-            refused(t.name, p.index) for p in t.partition_data or ()))
-        for t in req.topic_data or ()))
+            refused(t.name, p.index) for p in t.partition_data))
+        for t in req.topic_data))
 
 
 async def _converted(answer, back: type):
