@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 import time
@@ -480,6 +481,9 @@ class Controller:
         cfg = self.config
         image = self.publisher.image
         rules = replication.rules_for(image, default_min_isr=cfg.default_min_isr)
+        if self._shutdown_offsets:  # below 3.3-IV3 the image does not mark a controlled shutdown
+            rules = dataclasses.replace(rules, acceptable=np.setdiff1d(
+                rules.acceptable, np.fromiter(self._shutdown_offsets, dtype=np.int32)).astype(np.int32))
         rows = replication.rows_missing_live_replicas(image.topics, rules.acceptable)
         expansions = replication.expansion_changes(image.topics, rows, rules)
         if len(expansions):
