@@ -9,7 +9,8 @@
   never to one that is fenced or outside the ISR; the per-broker imbalance percentage decides
   which brokers are rebalanced, as Kafka's checkAndTriggerAutoLeaderRebalance;
 - ElectLeaders' per-partition answers (preferred and unclean) follow Kafka's electLeader, and
-  the controller writes them and answers unknown partitions;
+  the controller writes them and answers unknown partitions; off the active controller every
+  named partition answers NOT_CONTROLLER, and v0/v1 requests and answers convert;
 - the heal pass of the active controller (ISR expansion then preferred elections) leaves every
   partition led by its preferred replica with a full ISR.
 """
@@ -171,3 +172,35 @@ def test_heal_pass_restores_full_isrs_and_preferred_leaders():
     isr_only = asyncio.run(scenario(False))
     assert [leader for leader, _, _ in isr_only] == [3, 3, 3, 2]
     assert all(set(isr) == set(replicas) for _, isr, replicas in isr_only)
+
+
+def test_elect_leaders_off_the_active_controller_and_at_older_versions():
+    """A controller that is not active answers NOT_CONTROLLER at the top and on every named
+    partition (v0 has no top-level error); v0 requests (no ElectionType) are PREFERRED elections,
+    and answers convert back to v0 and v1."""
+    from kraftlog.engine.protocol import older_versions as ov
+    from kraftlog.engine.protocol.apis import API_ELECT_LEADERS, CONTROLLER_APIS
+
+    image = _image([((1, 2), (1, 2), 2)], brokers={1: "live", 2: "live"})
+
+    async def standby():
+        controller, publisher, _ = _active(image)
+        publisher.leader = (2, 1)  # someone else leads
+        return await controller.elect_leaders(_elect(rp.UNCLEAN, {"t": [0]}))
+
+    r = asyncio.run(standby())
+    assert r.error_code == ErrorCode.not_controller
+    assert _answers_of(r) == {("t", 0): ErrorCode.not_controller}
+    v0 = ov.from_served(r, ov.response_type(API_ELECT_LEADERS, 0))
+    assert not hasattr(v0, "error_code") and _answers_of(v0) == {("t", 0): ErrorCode.not_controller}
+
+    from kio.schema.elect_leaders.v0 import request as el_v0
+
+    old = el_v0.ElectLeadersRequest(topic_partitions=(el_v0.TopicPartitions(topic="t", partitions=(i32(0),)),),
+                                    timeout=datetime.timedelta(seconds=1))
+    served = ov.to_served(API_ELECT_LEADERS, old, CONTROLLER_APIS[API_ELECT_LEADERS][1])
+    assert int(served.election_type) == rp.PREFERRED and served.topic_partitions[0].partitions == (0,)
+
+
+def _answers_of(r) -> dict[tuple[str, int], ErrorCode]:
+    return {(t.topic, int(p.partition_id)): p.error_code for t in r.replica_election_results for p in t.partition_result}

@@ -34,8 +34,9 @@ def given_id(topic_id) -> uuid.UUID | None:
 
 
 def refusal(api_key: int, req, code: ErrorCode, message: str):
-    """The answer to a CreateTopics, DeleteTopics, CreatePartitions or UpdateFeatures request that
-    was not acted on: ``code`` and ``message`` on every topic (or feature) it names."""
+    """The answer to a CreateTopics, DeleteTopics, CreatePartitions, ElectLeaders or UpdateFeatures
+    request that was not acted on: ``code`` and ``message`` on every topic (or feature, partition)
+    it names."""
     if api_key == API_CREATE_TOPICS:
         return create_response([topic_result(t.name, code, message) for t in req.topics])
     if api_key == API_DELETE_TOPICS:
@@ -48,8 +49,10 @@ def refusal(api_key: int, req, code: ErrorCode, message: str):
             throttle_time=NO_THROTTLE, error_code=code, error_message=message,
             results=tuple(kupdate_resp.UpdatableFeatureResult(feature=u.feature, error_code=code, error_message=message)
                           for u in req.feature_updates))
-    if api_key == API_ELECT_LEADERS:  # the top-level error (what Kafka answers NOT_CONTROLLER with)
-        return elect_response(code, [])
+    if api_key == API_ELECT_LEADERS:  # the top-level error, repeated on every named partition (v0 has
+        # no top-level error), as Kafka's ElectLeadersRequest.getErrorResponse
+        return elect_response(code, [(t.topic, [(p, code, message) for p in t.partitions])
+                                     for t in req.topic_partitions or ()])
     raise ValueError(f"no refusal for API {api_key}")
 
 
