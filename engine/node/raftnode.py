@@ -176,11 +176,12 @@ async def serve(node: RaftNode, listen_fd: int | None, listen: str | None, defau
     else:
         host, _, port_text = (listen or f"{default_address[0]}:{default_address[1]}").rpartition(":")
         port = await node.start(host=host, port=int(port_text))
-    print(f"READY node={node.node_id} port={port}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # READY only once a SIGTERM would be a graceful stop: a supervisor may send one at once
+    print(f"READY node={node.node_id} port={port}", flush=True)
     node.driver.on_fatal = lambda _: stop.set()
     await stop.wait()
     failure = node.driver.failure
