@@ -3,8 +3,8 @@
 
 Layouts: the batch header is in engine/records/layout.py, the records section in the docstring
 of batch_pure. The byte walking is C (nogil, every read bounded by the record, the records section
-and the buffer); the Python-level pieces (result types, problem texts, header encoding, zstd
-framing, argument checks) are imported from the twin so both speak identically.
+and the buffer); the Python-level pieces (result types, problem texts, header encoding, compression
+(engine/records/compression.py: inflated once per batch, then walked here), argument checks) are imported from the twin so both speak identically.
 """
 
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t, INT32_MAX, INT64_MAX, INT64_MIN
@@ -26,7 +26,7 @@ from kraftlog.engine.records.batch_pure import (
     BatchColumns, Record, ScanResult, control_record_key, parse_control_record_key,
 )
 from kraftlog.engine.records.layout import BatchHeader
-from kraftlog.errors import CorruptRecordError
+from kraftlog.errors import CorruptRecordError, UnsupportedCodecError
 
 IMPLEMENTATION = "native"
 
@@ -60,7 +60,6 @@ cdef enum:
     P_OFFSET_OVERFLOW = 5
     P_TRUNCATED_BATCH = 6
     P_CRC = 7
-    P_CODEC = 8
     P_COUNT = 9
     P_TRAILING = 10
     P_VARINT = 11
@@ -93,7 +92,6 @@ cdef enum:
     MIN_RECORD_SIZE_BYTES = 7
     CODEC_MASK = 0x07
     CODEC_NONE = 0
-    CODEC_ZSTD = 4
     TIMESTAMP_TYPE_BIT = 0x08
     TRANSACTIONAL_BIT = 0x10
     CONTROL_BIT = 0x20
@@ -403,7 +401,7 @@ cdef class _Section:
 
 
 cdef _Section records_section(Py_buffer *view, object buf, int64_t pos, Hdr *h):
-    """The records of a checked batch; raises _Problem (codec, zstd, count)."""
+    """The records of a checked batch; raises _Problem (inflation, count) or UnsupportedCodecError."""
     cdef _Section s = _Section.__new__(_Section)
     cdef int codec = h.attributes & CODEC_MASK
     cdef int64_t start = pos + HEADER_SIZE
@@ -413,13 +411,11 @@ cdef _Section records_section(Py_buffer *view, object buf, int64_t pos, Hdr *h):
         s.r = <uchar *>view.buf
         s.p = start
         s.n = stop
-    elif codec == CODEC_ZSTD:
-        s.plain = _pure.decompress_records(memoryview(buf)[start:stop])
+    else:
+        s.plain = _pure.decompress_records(codec, memoryview(buf)[start:stop], pos)
         s.r = <uchar *>PyBytes_AS_STRING(s.plain)
         s.p = 0
         s.n = PyBytes_GET_SIZE(s.plain)
-    else:
-        raise _Problem(_problem_text(P_CODEC, 0, 0, codec, 0))
     if <int64_t>h.record_count * MIN_RECORD_SIZE_BYTES > s.n - s.p:
         raise _Problem(_problem_text(P_COUNT, 0, 0, h.record_count, s.n - s.p))
     return s
@@ -842,7 +838,7 @@ def decode_columns_many(buf, Py_ssize_t start=0, end=None):
     """Every batch in ``buf[start:end]`` (validated, CRC included) as one set of columns.
 
     The region must hold whole valid batches only. ``data`` is ``buf`` itself when no batch is
-    compressed, else ``buf[:end]`` followed by each zstd batch's decompressed records.
+    compressed, else ``buf[:end]`` followed by each compressed batch's decompressed records.
     """
     cdef Py_buffer view
     cdef int64_t e, limit, nb, j, failed = -1, extra, total
@@ -859,7 +855,7 @@ def decode_columns_many(buf, Py_ssize_t start=0, end=None):
         positions, bases, lasts, epochs, _, sizes, counts, attrs = arrays
         nb = len(positions)
         # First batch with a problem found before its records are walked (so the error reported is
-        # the first bad batch's, as when walking batch by batch): scan, codec/zstd, count, span.
+        # the first bad batch's, as when walking batch by batch): scan, codec/inflation, count, span.
         limit, late = nb, None
         if reason is not None:
             late = CorruptRecordError(reason, position=stop)
@@ -875,13 +871,16 @@ def decode_columns_many(buf, Py_ssize_t start=0, end=None):
         extra = e
         for j in np.flatnonzero(codecs[:limit] != CODEC_NONE).tolist():
             try:
-                if codecs[j] != CODEC_ZSTD:
-                    raise _Problem(_problem_text(P_CODEC, 0, 0, int(codecs[j]), 0))
-                plain = _pure.decompress_records(memoryview(buf)[positions[j] + HEADER_SIZE:positions[j] + sizes[j]])
+                plain = _pure.decompress_records(int(codecs[j]), memoryview(buf)[positions[j] + HEADER_SIZE:
+                                                                                   positions[j] + sizes[j]],
+                                                 int(positions[j]))
                 if int(counts[j]) * MIN_RECORD_SIZE_BYTES > len(plain):
                     raise _Problem(_problem_text(P_COUNT, 0, 0, int(counts[j]), len(plain)))
             except _Problem as exc:
                 limit, late = j, CorruptRecordError(exc.reason, position=int(positions[j]))
+                break
+            except UnsupportedCodecError as exc:
+                limit, late = j, exc
                 break
             plain_list[j] = plain
             deltas[j] = extra
@@ -984,7 +983,7 @@ cdef int16_t attributes_of(int codec, bint is_control, bint is_transactional) no
 
 
 cdef object finish(object out, int64_t total, int codec):
-    if codec == CODEC_ZSTD:
+    if codec != CODEC_NONE:
         return _pure.compress_batch(out)
     return out
 

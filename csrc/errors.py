@@ -12,8 +12,9 @@ class KraftlogError(Exception):
     """Base of every operating error kraftlog raises."""
 
 
-class CorruptRecordError(KraftlogError):
-    """Bytes that do not decode as what they claim to be.
+class UndecodableRecordError(KraftlogError):
+    """Records that cannot be read: corrupt bytes (CorruptRecordError) or a codec that does not
+    exist (UnsupportedCodecError). What a reader catches when either means "skip or stop here".
 
     ``position`` is the byte position within the buffer or file where decoding failed, when known;
     ``path`` names the file, when the bytes came from one.
@@ -29,6 +30,21 @@ class CorruptRecordError(KraftlogError):
         self.reason = message
         self.position = position
         self.path = path
+
+
+class CorruptRecordError(UndecodableRecordError):
+    """Bytes that do not decode as what they claim to be."""
+
+
+class UnsupportedCodecError(UndecodableRecordError):
+    """A CRC-valid batch whose attributes name a compression codec that does not exist (5-7): the
+    bytes are not known to be corrupt, no Kafka reader can inflate them either. ``position`` is
+    the batch's."""
+
+    def __init__(self, codec: int, *, position: int | None = None, path: str | None = None):
+        super().__init__(f"compression codec {codec} is not supported (Kafka's codecs: 0 none, 1 gzip, "
+                         "2 snappy, 3 lz4, 4 zstd)", position=position, path=path)
+        self.codec = codec
 
 
 class ExtensionNotLoadedError(KraftlogError):

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kraftlog import _accel
-from kraftlog.engine.records import batch
+from kraftlog.engine.records import batch, compression
 from kraftlog.engine.records import batch_pure as pure
 from kraftlog.engine.records.layout import (
     ATTRIBUTES_OFFSET,
@@ -27,7 +27,7 @@ from kraftlog.engine.records.layout import (
     TRANSACTIONAL_BIT,
     parse_header,
 )
-from kraftlog.errors import CorruptRecordError
+from kraftlog.errors import CorruptRecordError, UnsupportedCodecError
 
 pytestmark = pytest.mark.twin
 
@@ -131,7 +131,7 @@ def test_bad_build_arguments_are_programmer_errors(impl):
     with pytest.raises(ValueError):
         impl.build_batch([])
     with pytest.raises(ValueError):
-        impl.build_batch([(None, b"x")], codec=1)
+        impl.build_batch([(None, b"x")], codec=5)
     with pytest.raises(OverflowError):
         impl.build_batch([(None, b"x")], producer_epoch=1 << 15)
     with pytest.raises(OverflowError):
@@ -270,13 +270,35 @@ def test_record_level_corruption_is_named(records, count, expect):
             assert problem(impl.decode_columns_many, buf) == (expect, 0)
 
 
-def test_unsupported_codecs_are_corrupt_records_not_crashes():
-    buf = bytearray(batch.build_batch_from_values([b"x"]))
-    struct.pack_into(">h", buf, ATTRIBUTES_OFFSET, 1)  # gzip
+@pytest.mark.parametrize("codec", [5, 6, 7])
+def test_codecs_that_do_not_exist_are_their_own_error_not_corrupt_records(codec):
+    """Codec 5-7 in a CRC-valid batch: UnsupportedCodecError naming the codec and the batch's
+    position, from every decoder (the header itself is fine: recovery keeps the batch)."""
+    good = batch.build_batch_from_values([b"x"], base_timestamp_ms=1)
+    buf = bytearray(good)
+    struct.pack_into(">h", buf, ATTRIBUTES_OFFSET, codec)
+    fix_crc(buf)
+    region = good + bytes(buf)
+    for impl in (batch, pure):
+        assert impl.validate_batch(buf).codec == codec
+        for decode, args in ((impl.iter_records, (region, len(good))), (impl.decode_columns, (region, len(good))),
+                             (impl.decode_columns_many, (region,))):
+            with pytest.raises(UnsupportedCodecError) as info:
+                decode(*args)
+            assert not isinstance(info.value, CorruptRecordError)
+            assert (info.value.codec, info.value.position) == (codec, len(good))
+            assert f"compression codec {codec} is not supported" in str(info.value)
+
+
+@pytest.mark.parametrize("codec", [batch.CODEC_GZIP, batch.CODEC_SNAPPY, batch.CODEC_LZ4, batch.CODEC_ZSTD])
+def test_plain_records_labelled_compressed_are_corrupt(codec):
+    """An uncompressed records section whose attributes claim a codec does not inflate: corrupt."""
+    buf = bytearray(batch.build_batch_from_values([b"x" * 40], base_timestamp_ms=1))
+    struct.pack_into(">h", buf, ATTRIBUTES_OFFSET, codec)
     fix_crc(buf)
     for impl in (batch, pure):
-        assert impl.validate_batch(buf).codec == 1  # the header is fine: recovery keeps it
-        assert problem(impl.iter_records, buf) == ("unsupported compression codec 1", 0)
+        reason, position = problem(impl.iter_records, buf)
+        assert position == 0 and batch.CODEC_NAMES[codec] in reason
 
 
 def zstd_batch(frame: bytes, count: int = 1) -> bytearray:
@@ -296,13 +318,13 @@ def test_zstd_frames_without_content_size_decode():
 
 
 def test_zstd_decompression_bomb_is_refused_from_its_block_headers():
-    big = pure.ZSTD_MAX_DECOMPRESSED_BYTES + 1024
+    big = compression.MAX_INFLATED_BYTES + 1024
     for content_size in (True, False):
         frame = zstandard.ZstdCompressor(write_content_size=content_size).compress(b"\x00" * big)
         assert len(frame) < 10_000
         for impl in (batch, pure):
             reason, _ = problem(impl.iter_records, zstd_batch(frame))
-            assert f"{pure.ZSTD_MAX_DECOMPRESSED_BYTES}-byte limit" in reason
+            assert f"{compression.MAX_INFLATED_BYTES}-byte limit" in reason
 
 
 def test_zstd_frame_lying_about_its_content_size_is_refused():

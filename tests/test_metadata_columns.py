@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from kraftlog import _accel
-from kraftlog.engine.records import batch, layout
+from kraftlog.engine.records import batch, compression, layout
 from kraftlog.engine.records import metadata_columns as mc
 from kraftlog.engine.records import metadata_columns_pure as pure
 from kraftlog.engine.records.metadata import UNKNOWN_TAGS, decode_record, encode_control, encode_record
@@ -613,11 +613,11 @@ def test_an_mmapped_segment_decodes_in_place(tmp_path):
 
 
 def test_the_zstd_size_bound_is_enforced(monkeypatch):
-    """A zstd section that inflates past ZSTD_MAX_DECOMPRESSED_BYTES is refused, not allocated."""
+    """A zstd section that inflates past MAX_INFLATED_BYTES is refused, not allocated."""
     values = [encode_record("FeatureLevelRecord", 0, {"Name": "x" * 200, "FeatureLevel": 1})] * 20
     region = batch.build_batch_from_values(values, codec=layout.CODEC_ZSTD)
     assert len(mc.decode_metadata_region(region).features) == 20
-    monkeypatch.setattr(mc, "ZSTD_MAX_DECOMPRESSED_BYTES", 1000)
+    monkeypatch.setattr(compression, "MAX_INFLATED_BYTES", 1000)
     with pytest.raises(CorruptRecordError, match="limit"):
         mc.decode_metadata_region(region)
 

@@ -36,7 +36,7 @@ from kraftlog.engine.image.image import MetadataDelta, MetadataImage, Provenance
 from kraftlog.engine.image.topics import TOPIC_EPOCH_TAG, MetadataReplayError
 from kraftlog.engine.records import metadata as codec
 from kraftlog.engine.records import metadata_columns
-from kraftlog.errors import CorruptRecordError, KraftlogError
+from kraftlog.errors import CorruptRecordError, KraftlogError, UndecodableRecordError
 
 API_TOPIC, API_PARTITION, API_PARTITION_CHANGE = 2, 3, 5
 API_BEGIN_TXN, API_END_TXN, API_ABORT_TXN = 23, 24, 25
@@ -189,7 +189,7 @@ def decode(buf, *, path: str | None = None):
 def _decode(buf, start: int, end: int | None, path: str | None):
     try:
         return metadata_columns.decode_metadata_region(buf, start, end, path=path)
-    except CorruptRecordError:
+    except UndecodableRecordError:
         raise
     except KraftlogError as exc:  # e.g. a decompression limit
         raise CorruptRecordError(str(exc), path=path) from exc

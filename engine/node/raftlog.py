@@ -47,7 +47,7 @@ from kraftlog.durable import replace_durably
 from kraftlog.engine.log.errors import OffsetOutOfRangeError
 from kraftlog.engine.log.log import Log, LogConfig
 from kraftlog.engine.records import batch as batch_codec
-from kraftlog.errors import CorruptRecordError
+from kraftlog.errors import CorruptRecordError, UndecodableRecordError
 from kraftlog.raft.protocols import LogAppendInfo
 from kraftlog.raft.types import LogBatch, OffsetAndEpoch
 from kraftlog.raft.wire import encode_batches, leader_change_value, split_batches
@@ -134,7 +134,7 @@ class EngineRaftLog:
             return ()
         try:
             return split_batches(info.records, what=f"log {self.log.directory}")
-        except CorruptRecordError as exc:  # the log validated these on append: a bug or a broken disk
+        except UndecodableRecordError as exc:  # the log validated these on append: a bug or a broken disk
             raise AssertionError(f"the engine log returned broken batches: {exc}") from exc
 
     def start_offset(self) -> int:

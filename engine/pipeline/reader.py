@@ -22,7 +22,7 @@ import pyarrow as pa
 from kraftlog.engine.pipeline.inputs import Split
 from kraftlog.engine.pipeline.rows import ARROW_SCHEMA, RowFilter, corrupt_row, to_record_batch
 from kraftlog.engine.records import batch, metadata_columns
-from kraftlog.errors import CorruptRecordError, KraftlogError
+from kraftlog.errors import CorruptRecordError, KraftlogError, UndecodableRecordError
 
 ARROW_BATCH_ROWS_MAX = 1 << 17  # rows per Arrow batch handed to Spark (bounds the JVM's buffers)
 ON_CORRUPT = ("fail", "skip")
@@ -48,7 +48,7 @@ def decode(buf, start: int, end: int, path: str):
     """(MetadataColumns, batch headers) of the whole batches in buf[start:end]."""
     try:
         cols = metadata_columns.decode_metadata_region(buf, start, end, path=path)
-    except CorruptRecordError:
+    except UndecodableRecordError:
         raise
     except KraftlogError as exc:  # a decompression limit, say: still bad bytes at a place
         raise CorruptRecordError(str(exc), path=path, position=start) from exc
@@ -73,7 +73,7 @@ def read_split(split: Split, row_filter: RowFilter | None = None, *, on_corrupt:
     while pos < end:
         try:
             cols, headers = decode(buf, pos, end, split.path)
-        except CorruptRecordError as exc:
+        except UndecodableRecordError as exc:
             if on_corrupt == "fail":
                 raise
             good_end, bad_end = _bad_range(buf, pos, end, exc)
@@ -87,8 +87,8 @@ def read_split(split: Split, row_filter: RowFilter | None = None, *, on_corrupt:
         return
 
 
-def _bad_range(buf, start: int, end: int, exc: CorruptRecordError) -> tuple[int, int]:
-    """[good end, bad end): the bytes to skip after a CorruptRecordError in buf[start:end]."""
+def _bad_range(buf, start: int, end: int, exc: UndecodableRecordError) -> tuple[int, int]:
+    """[good end, bad end): the bytes to skip after an UndecodableRecordError in buf[start:end]."""
     scan = batch.scan_batches(buf, start, end, verify_crc=True)
     if scan.error_position is not None:
         return scan.valid_end, end  # a bad header or CRC: the next batch start is unknown

@@ -11,8 +11,9 @@ Header layout: engine/records/layout.py; records layout: batch_pure's docstring.
     decode_columns_many(buf, s, e)    every batch of a region -> one BatchColumns
     scan_batches(buf, s, e)           where the valid batches of a region end (log recovery)
 
-Corrupt bytes raise kraftlog.errors.CorruptRecordError; bad arguments raise ValueError/TypeError/
-OverflowError.
+Corrupt bytes raise kraftlog.errors.CorruptRecordError, a batch of codec 5-7 UnsupportedCodecError
+(both are UndecodableRecordError); bad arguments raise ValueError/TypeError/OverflowError. Codecs:
+engine/records/compression.py.
 """
 
 from kraftlog._accel import select
@@ -25,13 +26,16 @@ from kraftlog.engine.records.batch_pure import (
     CONTROL_SNAPSHOT_FOOTER,
     CONTROL_SNAPSHOT_HEADER,
     MIN_RECORD_SIZE_BYTES,
-    ZSTD_MAX_DECOMPRESSED_BYTES,
     BatchColumns,
     Record,
     ScanResult,
 )
+from kraftlog.engine.records.compression import CODEC_NAMES, COMPRESSION_CODECS, MAX_INFLATED_BYTES
 from kraftlog.engine.records.layout import (
+    CODEC_GZIP,
+    CODEC_LZ4,
     CODEC_NONE,
+    CODEC_SNAPPY,
     CODEC_ZSTD,
     CONTROL_BIT,
     TRANSACTIONAL_BIT,
@@ -53,9 +57,10 @@ decode_columns_many = _impl.decode_columns_many
 scan_batches = _impl.scan_batches
 
 __all__ = [
-    "CODEC_NONE", "CODEC_ZSTD", "CONTROL_ABORT", "CONTROL_BIT", "CONTROL_COMMIT", "CONTROL_KRAFT_VERSION",
+    "CODEC_GZIP", "CODEC_LZ4", "CODEC_NAMES", "CODEC_NONE", "CODEC_SNAPPY", "CODEC_ZSTD", "COMPRESSION_CODECS",
+    "CONTROL_ABORT", "CONTROL_BIT", "CONTROL_COMMIT", "CONTROL_KRAFT_VERSION",
     "CONTROL_KRAFT_VOTERS", "CONTROL_LEADER_CHANGE", "CONTROL_SNAPSHOT_FOOTER", "CONTROL_SNAPSHOT_HEADER",
-    "IMPLEMENTATION", "MIN_RECORD_SIZE_BYTES", "TRANSACTIONAL_BIT", "ZSTD_MAX_DECOMPRESSED_BYTES",
+    "IMPLEMENTATION", "MIN_RECORD_SIZE_BYTES", "MAX_INFLATED_BYTES", "TRANSACTIONAL_BIT",
     "BatchColumns", "BatchHeader", "Record", "ScanResult", "build_batch", "build_batch_from_values",
     "build_control_batch", "control_record_key", "decode_columns", "decode_columns_many", "iter_records",
     "parse_control_record_key", "scan_batches", "validate_batch",

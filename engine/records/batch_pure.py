@@ -2,7 +2,7 @@
 
 Same functions, same arguments, same results and the same error texts as the native module. The
 Python-level pieces both implementations share (the result types, the problem texts, header
-encoding, zstd framing and the control-record helpers) are defined here once; the native module
+encoding, compression and the control-record helpers) are defined here once; the native module
 imports them, so only the byte-walking differs between the two.
 
 Batch header layout: engine/records/layout.py. Records section (after the 61-byte header), one
@@ -20,27 +20,27 @@ record after another, ``recordCount`` of them, nothing after the last:
     headers         headerCount x (keyLength varint >= 0, key UTF-8, valueLength varint (-1 null), value)
 
 varint = zig-zag int32 in at most 5 bytes; varlong = zig-zag int64 in at most 10 (csrc/wire.h).
-With codec zstd the whole records section is one zstd frame and recordCount still counts records.
+With a compression codec the whole records section is one compressed block and recordCount still
+counts records (engine/records/compression.py: the codecs and their inflation bound).
 """
 
 from __future__ import annotations
 
 import operator
 import struct
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 import crc32c as _crc32c
 import numpy as np
-import zstandard
 
+from kraftlog.engine.records import compression
+from kraftlog.engine.records.compression import COMPRESSION_CODECS
 from kraftlog.engine.records.layout import (
     ATTRIBUTES_OFFSET,
     CODEC_MASK,
     CODEC_NONE,
-    CODEC_ZSTD,
     CONTROL_BIT,
     CRC_OFFSET,
     HEADER,
@@ -53,7 +53,7 @@ from kraftlog.engine.records.layout import (
     TRANSACTIONAL_BIT,
     BatchHeader,
 )
-from kraftlog.errors import CorruptRecordError
+from kraftlog.errors import CorruptRecordError, UnsupportedCodecError
 
 IMPLEMENTATION = "pure"
 
@@ -68,10 +68,7 @@ CONTROL_KRAFT_VOTERS = 6
 CONTROL_KEY = struct.Struct(">hh")  # control record key: version i16, type i16
 CONTROL_KEY_VERSION = 0
 
-# Decompression-bomb guard: a zstd records section may decompress to at most this many bytes
-# (KRaft's own batches stay under 8 MiB; Kafka's default message.max.bytes is about 1 MiB).
-ZSTD_MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
-ZSTD_LEVEL = 3  # Kafka's default zstd level (KIP-390)
+# Decompression-bomb guard: a compressed records section inflates to at most MAX_INFLATED_BYTES.
 # A record takes at least 7 bytes (length, attributes, timestampDelta, offsetDelta, key length,
 # value length, header count: one byte each), which bounds recordCount by the records' size
 # before anything is allocated.
@@ -92,7 +89,7 @@ P_NEGATIVE = 4
 P_OFFSET_OVERFLOW = 5
 P_TRUNCATED_BATCH = 6
 P_CRC = 7
-P_CODEC = 8
+# 8 was "unsupported compression codec": now UnsupportedCodecError, not a corrupt batch
 P_COUNT = 9
 P_TRAILING = 10
 P_VARINT = 11
@@ -121,7 +118,6 @@ _TEXTS = {
     P_OFFSET_OVERFLOW: "batch offsets overflow int64",
     P_TRUNCATED_BATCH: "truncated batch: {v1} bytes declared, {v2} available",
     P_CRC: "CRC mismatch: stored {v1:#010x}, computed {v2:#010x}",
-    P_CODEC: "unsupported compression codec {v1}",
     P_COUNT: "record count {v1} cannot fit in {v2} bytes of records",
     P_TRAILING: "{v1} bytes after the last record",
     P_VARINT: "malformed {field} varint",
@@ -143,12 +139,9 @@ def problem_text(code: int, index: int = 0, field: int = 0, v1: int = 0, v2: int
     return f"record {index}: {text}" if FIRST_RECORD_PROBLEM <= code <= LAST_RECORD_PROBLEM else text
 
 
-class _Problem(Exception):
-    """Internal: a decoding problem, turned into CorruptRecordError with the batch's position."""
-
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
+# Internal: a decoding problem, turned into CorruptRecordError with the batch's position (the
+# codecs raise it too).
+_Problem = compression.Problem
 
 
 class _RecordProblem(Exception):
@@ -264,7 +257,7 @@ def build_control_batch(control_type: int, value: bytes, *, base_offset: int = 0
 
 
 # ---------------------------------------------------------------------------------------------
-# Shared build helpers (argument checks, headers, zstd): used by the native module too
+# Shared build helpers (argument checks, headers, compression): used by the native module too
 
 
 def now_ms() -> int:
@@ -278,8 +271,8 @@ def check_build_args(count: int, base_offset: int, partition_leader_epoch: int, 
         raise ValueError("a batch needs at least one record")
     if count > INT32_MAX:
         raise ValueError(f"too many records for one batch: {count}")
-    if codec not in (CODEC_NONE, CODEC_ZSTD):
-        raise ValueError(f"unsupported compression codec {codec}: only CODEC_NONE and CODEC_ZSTD")
+    if codec != CODEC_NONE and codec not in COMPRESSION_CODECS:
+        raise ValueError(f"unsupported compression codec {codec}: 0 none, 1 gzip, 2 snappy, 3 lz4 or 4 zstd")
     _check_int("base_offset", base_offset, 64)
     if base_offset + count - 1 > INT64_MAX:
         raise OverflowError("the batch's last offset overflows int64")
@@ -334,99 +327,23 @@ def encode_headers(headers) -> bytes:
     return bytes(out)
 
 
-_local = threading.local()  # zstd contexts are not thread-safe: one per thread
-
-
-def _zstd_compressor() -> zstandard.ZstdCompressor:
-    cctx = getattr(_local, "cctx", None)
-    if cctx is None:
-        cctx = _local.cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
-    return cctx
-
-
-def _zstd_decompressor() -> zstandard.ZstdDecompressor:
-    dctx = getattr(_local, "dctx", None)
-    if dctx is None:
-        dctx = _local.dctx = zstandard.ZstdDecompressor()
-    return dctx
-
-
 def compress_batch(batch) -> bytes:
-    """Turn an uncompressed batch (attributes already carrying CODEC_ZSTD) into its zstd form.
-
-    The records section becomes one zstd frame (with its content size, so readers allocate once);
-    batchLength and the CRC are rewritten.
-    """
-    frame = _zstd_compressor().compress(memoryview(batch)[HEADER_SIZE:])
+    """Turn an uncompressed batch (attributes already carrying its codec) into its compressed form:
+    the records section becomes one compressed block; batchLength and the CRC are rewritten."""
+    codec = struct.unpack_from(">h", batch, ATTRIBUTES_OFFSET)[0] & CODEC_MASK
     out = bytearray(memoryview(batch)[:HEADER_SIZE])
-    out += frame
+    out += compression.deflate(codec, memoryview(batch)[HEADER_SIZE:])
     struct.pack_into(">i", out, LENGTH_OFFSET, len(out) - LOG_OVERHEAD)
     struct.pack_into(">I", out, CRC_OFFSET, _crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
     return bytes(out)
 
 
-_ZSTD_MAGIC = 0xFD2FB528
-_ZSTD_BLOCK_MAX_BYTES = 128 * 1024  # zstd format: no block regenerates more than 128 KiB
-
-
-def _zstd_frame_extent(frame) -> tuple[int, int]:
-    """(bytes of the first zstd frame, upper bound of what it decompresses to), from its block
-    headers (RFC 8878 section 3.1.1), without decompressing anything.
-
-    Frame: magic u32le, frame header (frame_header_size), blocks, optional 4-byte checksum.
-    Block header: 3 bytes little-endian: bit 0 last block, bits 1-2 type (0 raw, 1 RLE,
-    2 compressed, 3 reserved), bits 3-23 size (RLE: regenerated size; content is one byte).
-    """
-    n = len(frame)
-    if n < 5 or int.from_bytes(frame[0:4], "little") != _ZSTD_MAGIC:
-        raise _Problem("zstd records do not start with a zstd frame")
-    try:
-        pos = zstandard.frame_header_size(frame)
-    except zstandard.ZstdError as exc:
-        raise _Problem(f"zstd records have a bad frame header: {exc}") from None
-    has_checksum = frame[4] & 0x04
-    bound = 0
-    while True:  # each block advances pos by >= 3 bytes: at most n / 3 rounds
-        if pos + 3 > n:
-            raise _Problem("zstd frame is truncated")
-        head = frame[pos] | frame[pos + 1] << 8 | frame[pos + 2] << 16
-        pos += 3
-        kind, size = (head >> 1) & 3, head >> 3
-        if kind == 3 or size > _ZSTD_BLOCK_MAX_BYTES:
-            raise _Problem("zstd frame has an invalid block")
-        pos += 1 if kind == 1 else size
-        bound += _ZSTD_BLOCK_MAX_BYTES if kind == 2 else size
-        if bound > ZSTD_MAX_DECOMPRESSED_BYTES:
-            raise _Problem(f"zstd records would decompress past the {ZSTD_MAX_DECOMPRESSED_BYTES}-byte limit")
-        if head & 1:
-            break
-    pos += 4 if has_checksum else 0
-    if pos > n:
-        raise _Problem("zstd frame is truncated")
-    return pos, bound
-
-
-def decompress_records(frame) -> bytes:
-    """The records section of a zstd batch, decompressed within ZSTD_MAX_DECOMPRESSED_BYTES.
-
-    The block headers bound the output before anything is allocated, so neither a bomb nor a
-    frame header that lies about its content size can make this allocate more than the limit.
-    """
-    extent, bound = _zstd_frame_extent(frame)
-    if extent != len(frame):
-        raise _Problem(f"{len(frame) - extent} bytes after the zstd frame")
-    try:
-        declared = zstandard.frame_content_size(frame)
-    except zstandard.ZstdError as exc:  # a frame header our walk accepted but zstd does not (reserved bits)
-        raise _Problem(f"zstd frame header is not valid: {exc}") from None
-    if declared > bound:
-        raise _Problem(f"zstd frame declares {declared} bytes but its blocks hold at most {bound}")
-    if bound == 0:
-        return b""
-    try:
-        return _zstd_decompressor().decompress(frame, max_output_size=bound)
-    except zstandard.ZstdError as exc:
-        raise _Problem(f"zstd records do not decompress: {exc}") from None
+def decompress_records(codec: int, section, position: int, path: str | None = None) -> bytes:
+    """The records section of a batch at ``position`` compressed with ``codec``, inflated within
+    MAX_INFLATED_BYTES. UnsupportedCodecError for codecs 5-7; _Problem when it does not inflate."""
+    if codec not in COMPRESSION_CODECS:
+        raise UnsupportedCodecError(codec, position=position, path=path)
+    return compression.inflate(codec, section)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -456,7 +373,7 @@ def _finish(header: bytearray, records: bytearray, codec: int) -> bytes:
         raise ValueError("batch too large: batchLength does not fit in int32")
     batch = header + records
     struct.pack_into(">I", batch, CRC_OFFSET, _crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
-    return compress_batch(batch) if codec == CODEC_ZSTD else bytes(batch)
+    return bytes(batch) if codec == CODEC_NONE else compress_batch(batch)
 
 
 def _attributes(codec: int, is_control: bool, is_transactional: bool) -> int:
@@ -712,11 +629,9 @@ def _records_section(buf, pos: int, fields: tuple) -> tuple[_Section, bytes | No
     start, stop = pos + HEADER_SIZE, pos + LOG_OVERHEAD + batch_length
     if codec == CODEC_NONE:
         r, plain = memoryview(buf), None
-    elif codec == CODEC_ZSTD:
-        plain = decompress_records(memoryview(buf)[start:stop])
-        r, start, stop = plain, 0, len(plain)
     else:
-        raise _Problem(problem_text(P_CODEC, v1=codec))
+        plain = decompress_records(codec, memoryview(buf)[start:stop], pos)
+        r, start, stop = plain, 0, len(plain)
     if count * MIN_RECORD_SIZE_BYTES > stop - start:
         raise _Problem(problem_text(P_COUNT, v1=count, v2=stop - start))
     log_append_ts = max_ts if attributes & TIMESTAMP_TYPE_BIT else None
@@ -798,7 +713,7 @@ def decode_columns(buf, pos: int = 0) -> BatchColumns:
     """The batch at ``pos`` (validated, CRC included) as columns, without per-record objects.
 
     ``data`` is ``buf`` itself for an uncompressed batch (offsets are positions in ``buf``), or
-    the decompressed records section for a zstd batch (offsets are positions in it).
+    the decompressed records section for a compressed batch (offsets are positions in it).
     """
     fields = _checked_header(buf, pos, _end_of(buf, None))
     cols: list[list[int]] = [[] for _ in _COLUMN_DTYPES]
@@ -816,7 +731,7 @@ def decode_columns_many(buf, start: int = 0, end: int | None = None) -> BatchCol
 
     The region must hold whole valid batches only (else CorruptRecordError naming the first bad
     one; scan_batches finds where a log's valid bytes end). ``data`` is ``buf`` itself when no
-    batch is compressed; otherwise a new bytes object: ``buf[:end]`` followed by each zstd batch's
+    batch is compressed; otherwise a new bytes object: ``buf[:end]`` followed by each compressed batch's
     decompressed records in batch order, so every offset still indexes ``data``.
     """
     end = _end_of(buf, end)

@@ -6,7 +6,7 @@
     12      4     partitionLeaderEpoch   rewritten by the leader on append; not covered by the CRC
     16      1     magic i8               always 2
     17      4     crc u32                CRC-32C of bytes [21, 12 + batchLength)
-    21      2     attributes i16         bits 0-2 codec (0 none, 4 zstd), bit 3 timestamp type,
+    21      2     attributes i16         bits 0-2 codec (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd: compression.py), bit 3 timestamp type,
                                          bit 4 transactional, bit 5 control, bit 6 delete horizon
     23      4     lastOffsetDelta i32
     27      8     baseTimestamp i64
@@ -43,6 +43,9 @@ MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 
 CODEC_MASK = 0x07
 CODEC_NONE = 0
+CODEC_GZIP = 1
+CODEC_SNAPPY = 2
+CODEC_LZ4 = 3
 CODEC_ZSTD = 4
 TIMESTAMP_TYPE_BIT = 0x08
 TRANSACTIONAL_BIT = 0x10

@@ -15,28 +15,27 @@ Every other record (another apiKey, or an unknown version of these) is listed in
 image decodes those few with the generic codec (metadata.decode_record) from value_pos/value_len.
 An unknown apiKey or version is not an error here.
 
-Steps: ``walk_batches`` (native or twin) checks every batch header and CRC; zstd batches are
-inflated here (bounded by ZSTD_MAX_DECOMPRESSED_BYTES) into one new buffer that then holds every
-batch's records section; ``decode_sections`` (native or twin) decodes the records. Control
+Steps: ``walk_batches`` (native or twin) checks every batch header and CRC; compressed batches
+(gzip, snappy, lz4, zstd) are inflated here, once per batch and bounded by MAX_INFLATED_BYTES
+(engine/records/compression.py), into one new buffer that then holds every batch's records
+section; ``decode_sections`` (native or twin) decodes the records. Control
 batches are counted and skipped. Native: kraftlog._metadata; twin: metadata_columns_pure.
 """
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
-import zstandard
 
 from kraftlog._accel import select
+from kraftlog.engine.records import compression
+from kraftlog.engine.records.compression import COMPRESSION_CODECS, MAX_INFLATED_BYTES, codec_name
 from kraftlog.engine.records.layout import (
     CODEC_MASK,
     CODEC_NONE,
-    CODEC_ZSTD,
     CONTROL_BIT,
     HEADER_SIZE,
 )
-from kraftlog.errors import CorruptRecordError
+from kraftlog.errors import CorruptRecordError, UnsupportedCodecError
 
 _impl = select("kraftlog._metadata", "kraftlog.engine.records.metadata_columns_pure")
 implementation_module = _impl  # for decode_region_with
@@ -49,19 +48,11 @@ decode_sections = _impl.decode_sections
 # its count column holds the real length (clipped to int16), its list row the first entries.
 LIST_MAX_WIDTH: int = _impl.LIST_MAX_WIDTH
 
-# Decompression-bomb guard: one zstd records section may inflate to at most this many bytes
-# (Kafka's KRaft batches are at most 8 MiB).
-ZSTD_MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
-_ZSTD_READ_CHUNK_BYTES = 1 << 20
-
 # walk_batches columns
 B_POS, B_SIZE, B_BASE_OFFSET, B_LAST_OFFSET_DELTA, B_LEADER_EPOCH, B_MAX_TIMESTAMP, B_ATTRIBUTES, \
     B_RECORD_COUNT = range(8)
 # decode_sections columns
 S_START, S_END, S_BASE_OFFSET, S_RECORD_COUNT, S_CONTROL = range(5)
-
-_CODEC_NAMES = {1: "gzip", 2: "snappy", 3: "lz4"}
-
 
 class ColumnTable:
     """One table: numpy columns (and bytes blobs) as attributes; len() is its row count.
@@ -159,35 +150,23 @@ def _byte_view(buf) -> memoryview:
     return view
 
 
-def inflate_zstd(frame, *, position: int, path: str | None) -> bytes:
-    """A zstd records section, decompressed within ZSTD_MAX_DECOMPRESSED_BYTES."""
-    out = bytearray()
+def inflate(codec: int, section, *, position: int, path: str | None) -> bytes:
+    """A compressed records section, inflated within MAX_INFLATED_BYTES; CorruptRecordError (the
+    batch's ``position``) when it does not inflate."""
     try:
-        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(frame), read_across_frames=True) as reader:
-            while True:
-                chunk = reader.read(_ZSTD_READ_CHUNK_BYTES)
-                if not chunk:
-                    break
-                out += chunk
-                if len(out) > ZSTD_MAX_DECOMPRESSED_BYTES:
-                    raise CorruptRecordError(
-                        f"zstd records inflate past the {ZSTD_MAX_DECOMPRESSED_BYTES}-byte limit",
-                        position=position, path=path)
-    except zstandard.ZstdError as exc:
-        raise CorruptRecordError(f"zstd records do not decompress: {exc}", position=position, path=path) from None
-    return bytes(out)
+        return compression.inflate(codec, section)
+    except compression.Problem as exc:
+        raise CorruptRecordError(exc.reason, position=position, path=path) from None
 
 
 def _sections(view: memoryview, batches: np.ndarray, path: str | None):
     """(data, sections, origins): the records sections to decode, positions in ``data``.
 
-    origins[s] is the input position of section s's batch, or -1 - position for a zstd batch."""
+    origins[s] is the input position of section s's batch, or -1 - position for a compressed batch."""
     codecs = batches[:, B_ATTRIBUTES] & CODEC_MASK
     control = (batches[:, B_ATTRIBUTES] & CONTROL_BIT) != 0
-    for k in np.flatnonzero(~np.isin(codecs, (CODEC_NONE, CODEC_ZSTD))):
-        codec = int(codecs[k])
-        raise CorruptRecordError(f"compression codec {codec} ({_CODEC_NAMES.get(codec, 'invalid')}) "
-                                 "is not supported", position=int(batches[k, B_POS]), path=path)
+    for k in np.flatnonzero(~np.isin(codecs, (CODEC_NONE, *COMPRESSION_CODECS))):
+        raise UnsupportedCodecError(int(codecs[k]), position=int(batches[k, B_POS]), path=path)
     sections = np.empty((len(batches), 5), dtype=np.int64)
     sections[:, S_START] = batches[:, B_POS] + HEADER_SIZE
     sections[:, S_END] = batches[:, B_POS] + batches[:, B_SIZE]
@@ -195,7 +174,7 @@ def _sections(view: memoryview, batches: np.ndarray, path: str | None):
     sections[:, S_RECORD_COUNT] = batches[:, B_RECORD_COUNT]
     sections[:, S_CONTROL] = control
     origins = batches[:, B_POS].copy()
-    if not np.any((codecs == CODEC_ZSTD) & ~control):
+    if not np.any((codecs != CODEC_NONE) & ~control):
         return None, sections, origins
     # Some metadata batch is compressed: gather every metadata section into one new buffer.
     pieces, pos = [], 0
@@ -204,8 +183,8 @@ def _sections(view: memoryview, batches: np.ndarray, path: str | None):
         if control[k]:
             sections[k, S_START] = sections[k, S_END] = pos
             continue
-        if codecs[k] == CODEC_ZSTD:
-            piece = inflate_zstd(view[start:end], position=int(batches[k, B_POS]), path=path)
+        if codecs[k] != CODEC_NONE:
+            piece = inflate(int(codecs[k]), view[start:end], position=int(batches[k, B_POS]), path=path)
             origins[k] = -1 - origins[k]
         else:
             piece = view[start:end]
@@ -216,7 +195,7 @@ def _sections(view: memoryview, batches: np.ndarray, path: str | None):
     return b"".join(pieces), sections, origins
 
 
-def _relocate(exc: CorruptRecordError, sections: np.ndarray, origins: np.ndarray,
+def _relocate(exc: CorruptRecordError, sections: np.ndarray, origins: np.ndarray, batches: np.ndarray,
               path: str | None) -> CorruptRecordError:
     """An error at a position of the gathered buffer, re-stated at the input's batch."""
     pos = exc.position if exc.position is not None else 0
@@ -227,8 +206,8 @@ def _relocate(exc: CorruptRecordError, sections: np.ndarray, origins: np.ndarray
     rel = pos - int(sections[k, S_START])
     origin = int(origins[k])
     if origin < 0:
-        return CorruptRecordError(f"{exc.reason} (byte {rel} of the inflated records of the zstd batch)",
-                                  position=-1 - origin, path=path)
+        return CorruptRecordError(f"{exc.reason} (byte {rel} of the inflated records of the "
+                                  f"{codec_name(int(batches[k, B_ATTRIBUTES]) & CODEC_MASK)} batch)", position=-1 - origin, path=path)
     return CorruptRecordError(exc.reason, position=origin + HEADER_SIZE + rel, path=path)
 
 
@@ -237,7 +216,8 @@ def decode_metadata_region(buf, start: int = 0, end: int | None = None, *, verif
     """Decode every whole record batch in buf[start:end] into a MetadataColumns.
 
     Raises CorruptRecordError (position in ``buf``, ``path``) on a bad header or CRC, a truncated
-    batch, an unsupported codec, or an undecodable record (the message names its offset and
+    batch, a section that does not inflate, or an undecodable record; UnsupportedCodecError on a
+    codec 5-7 batch (the message names its offset and
     apiKey when known).
     """
     return decode_region_with(_impl, buf, start, end, verify_crc=verify_crc, path=path)
@@ -255,11 +235,11 @@ def decode_region_with(impl, buf, start: int = 0, end: int | None = None, *, ver
     try:
         decoded = impl.decode_sections(gathered, sections, None)
     except CorruptRecordError as exc:
-        raise _relocate(exc, sections, origins, path) from None
+        raise _relocate(exc, sections, origins, batches, path) from None
     return MetadataColumns(decoded, gathered, batches)
 
 
 __all__ = [
-    "IMPLEMENTATION", "LIST_MAX_WIDTH", "ZSTD_MAX_DECOMPRESSED_BYTES", "ColumnTable", "MetadataColumns",
-    "decode_metadata_region", "decode_region_with", "decode_sections", "inflate_zstd", "walk_batches",
+    "IMPLEMENTATION", "LIST_MAX_WIDTH", "MAX_INFLATED_BYTES", "ColumnTable", "MetadataColumns",
+    "decode_metadata_region", "decode_region_with", "decode_sections", "inflate", "walk_batches",
 ]

@@ -28,7 +28,7 @@ from kraftlog.engine.records import metadata as codec
 from kraftlog.engine.records.layout import CONTROL_BIT
 from kraftlog.engine.snapshot.errors import SnapshotCorruptError
 from kraftlog.engine.snapshot.layout import SnapshotId
-from kraftlog.errors import CorruptRecordError
+from kraftlog.errors import CorruptRecordError, UndecodableRecordError
 
 HEADER_VERSION = 0  # Kafka's SNAPSHOT_HEADER_CURRENT_VERSION
 FOOTER_VERSION = 0  # Kafka's SNAPSHOT_FOOTER_CURRENT_VERSION
@@ -131,7 +131,7 @@ def _check_control_batches(buf, scan, control_batches: list[int], broken) -> int
         try:
             records = list(batch.iter_records(buf, pos))
             types = [codec.control_type_of(r.key) for r in records]
-        except CorruptRecordError as exc:
+        except UndecodableRecordError as exc:
             raise broken(f"batch at {pos}", exc.reason, pos) from None
         for i, control_type in enumerate(types):
             is_first, is_last = b == 0 and i == 0, b == final and i == len(types) - 1

@@ -46,7 +46,7 @@ from kraftlog.engine.records.layout import (
     TRANSACTIONAL_BIT,
     BatchHeader,
 )
-from kraftlog.errors import CorruptRecordError
+from kraftlog.errors import CorruptRecordError, UndecodableRecordError
 
 SUFFIXES = (".log", ".checkpoint", ".index", ".timeindex")
 CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
@@ -198,7 +198,7 @@ class Dumper:
         control = bool(h.attributes & CONTROL_BIT)
         try:
             records = list(batch_codec.iter_records(buf, position))
-        except CorruptRecordError as exc:  # a CRC-valid batch whose records do not parse (a writer's bug)
+        except UndecodableRecordError as exc:  # a CRC-valid batch whose records do not parse (a writer's bug)
             self.emit(f"| invalid batch, records not decoded: {exc.reason}",
                       {"kind": "invalid_batch", "file": path, "position": position, "error": exc.reason})
             return last_offset
