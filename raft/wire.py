@@ -78,7 +78,7 @@ from kraftlog.engine.records.layout import (
     CONTROL_BIT,
 )
 from kraftlog.engine.records.metadata import encode_control
-from kraftlog.errors import CorruptRecordError
+from kraftlog.errors import CorruptRecordError, UndecodableRecordError
 from kraftlog.raft.control import LEADER_CHANGE_TYPE, decode_leader_change
 from kraftlog.raft.messages import (
     BeginQuorumEpochRequest,
@@ -203,6 +203,7 @@ class RequestFrame:
     correlation_id: int
     client_id: str | None
     body: object
+    trailing_bytes: int = 0  # bytes after a well-formed body: accepted, as Kafka does (parse_request)
 
 
 def peek_request_header(frame) -> tuple[int, int, int]:
@@ -214,7 +215,11 @@ def peek_request_header(frame) -> tuple[int, int, int]:
 
 def parse_request(frame) -> RequestFrame:
     """Decode a request frame (the bytes after the size prefix). Raises WireFormatError for an
-    unknown API or version, a malformed header or body, or bytes left over."""
+    unknown API or version or a malformed header or body.
+
+    Bytes after a well-formed body are accepted and counted in ``trailing_bytes``, as Kafka's
+    RequestContext.parseRequest ignores them: librdkafka writes a 4-byte placeholder after
+    Metadata v9+'s null topics array, for one."""
     api_key, version, _ = peek_request_header(frame)
     kio_type = REQUEST_TYPES.get((api_key, version))
     if kio_type is None:
@@ -222,9 +227,7 @@ def parse_request(frame) -> RequestFrame:
     header_type = RequestHeader if kio_type.__flexible__ else RequestHeaderV1
     header, pos = _read(header_type, frame, 0, "request header")
     body, pos = _read(kio_type, frame, pos, f"request body (API {api_key} v{version})")
-    if pos != len(frame):
-        raise WireFormatError(f"{len(frame) - pos} bytes after the body of API {api_key} v{version}")
-    return RequestFrame(api_key, version, header.correlation_id, header.client_id, body)
+    return RequestFrame(api_key, version, header.correlation_id, header.client_id, body, len(frame) - pos)
 
 
 def response_correlation_id(frame) -> int:
@@ -662,7 +665,7 @@ def _response_from_kio(msg, request=None):
         if p.records:
             try:
                 batches = split_batches(p.records, what="Fetch response records")
-            except CorruptRecordError as exc:
+            except UndecodableRecordError as exc:
                 raise WireFormatError(str(exc)) from None
         return FetchResponse(
             _err(msg.error_code), _err(p.error_code), p.current_leader.leader_id, p.current_leader.leader_epoch,
@@ -758,7 +761,7 @@ def produce_values(msg) -> list[bytes]:
         values: list[bytes] = []
         for b in split_batches(records, what="Produce records"):
             values.extend(b.records)
-    except CorruptRecordError as exc:
+    except UndecodableRecordError as exc:
         raise WireFormatError(str(exc)) from None
     return values
 

@@ -7,12 +7,13 @@ a peer that goes away mid-frame, a frame that fails to decode, and a handler tha
 something unexpected each close that connection with exactly one log line.
 
 A running node (slow: one real `kraftlog node run` process): garbage, negative and oversized
-size prefixes, truncated frames, an unknown API or version, bodies kio cannot decode, controller
-APIs with trailing bytes, hypothesis-fuzzed frames and mutated ApiVersions/Metadata requests,
+size prefixes, truncated frames, an unknown API or version, bodies kio cannot decode,
+hypothesis-fuzzed frames and mutated ApiVersions/Metadata requests,
 each on its own connection; after each one a fresh ApiVersions request on another connection is
 answered, a connection opened at the start still is, and the node's stderr holds exactly one
 line for every connection it closed (none for the connections it answered and that closed
-cleanly). Dozens of half-sent frames held open at once block nobody.
+cleanly). Requests with bytes after a well-formed body are answered (as Kafka answers them).
+Dozens of half-sent frames held open at once block nobody.
 
 TLS (in process, RaftTransport pairs): certificates from a throwaway CA made with the openssl
 CLI; a client with a CA-signed certificate talks, as do two transports to each other; a client
@@ -228,6 +229,28 @@ def test_unencodable_response_closes_only_its_connection(caplog):
         asyncio.run(scenario())
     (record,) = [r for r in caplog.records if "cannot encode" in r.getMessage()]
     assert record.exc_info is not None
+
+
+def test_trailing_bytes_are_counted_and_logged_at_debug(caplog):
+    """An ApiVersions request with 4 bytes after its body is answered; the transport counts it
+    (requests_with_trailing_bytes, exported as a node metric) and logs one DEBUG line."""
+
+    async def scenario():
+        server = RaftTransport(1, {})
+        port = await server.start()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(_with_trailing(_api_versions_frame(9), b"\x00\x00\x00\x00"))
+            await writer.drain()
+            size, correlation_id = struct.unpack(">ii", await asyncio.wait_for(reader.readexactly(8), 30))
+            writer.close()
+            return correlation_id, server.requests_with_trailing_bytes, server.frames_rejected
+        finally:
+            await server.close()
+
+    with caplog.at_level(logging.DEBUG, TRANSPORT_LOGGER):
+        assert asyncio.run(scenario()) == (9, 1, 0)
+    assert [r.levelno for r in caplog.records if "4 bytes after the body of API 18" in r.getMessage()] == [logging.DEBUG]
 
 
 # ---- the kio length guard -------------------------------------------------------------------------------
@@ -492,10 +515,14 @@ BAD_INPUTS = {
     # hundreds of GB and abort the process; the length guard refuses it first
     "metadata huge array": (_raw_request(3, 12, b"\xb1\x9b\xbf\xadu)P=\xdf\x90QU\x9e"),
                             "malformed request (API 3 v12): array of"),
-    "metadata trailing byte": (_with_trailing(_metadata_frame(5), b"\x00"), "1 bytes after the body of API 3"),
-    "describequorum trailing": (_raw_request(55, 2, b"\x02\x13__cluster_metadata\x02\x00\x00\x00\x00\x00\x00\x00x"),
-                                "after the body of API 55"),
-    "apiversions trailing": (_with_trailing(_api_versions_frame(6), b"zz"), "2 bytes after the body of API 18"),
+}
+# Well-formed bodies followed by bytes: answered, as Kafka's RequestContext.parseRequest answers them
+# (librdkafka writes a 4-byte placeholder after Metadata v9+'s null topics array).
+TRAILING_INPUTS = {
+    "metadata trailing byte": _with_trailing(_metadata_frame(5), b"\x00"),
+    "metadata librdkafka placeholder": _with_trailing(_metadata_frame(5), b"\x00\x00\x00\x00"),
+    "describequorum trailing": _raw_request(55, 2, b"\x02\x13__cluster_metadata\x02\x00\x00\x00\x00\x00\x00\x00x"),
+    "apiversions trailing": _with_trailing(_api_versions_frame(6), b"zz"),
 }
 
 
@@ -511,6 +538,19 @@ def test_bad_frame_closes_one_connection_with_one_line(node, name):
     assert len(lines) == 1, (name, lines)
     assert "closing connection from 127.0.0.1:" in lines[0] and reason in lines[0], lines[0]
     assert "ERROR" not in lines[0] and "unexpected" not in lines[0], lines[0]
+    node.assert_serving(len(name))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(TRAILING_INPUTS))
+def test_bytes_after_a_well_formed_body_are_answered_not_refused(node, name):
+    """Bytes after a well-formed body: the request is answered (its correlation id comes back),
+    nothing is logged at the default level, and the node goes on serving."""
+    port, answer, _ = node.send(TRAILING_INPUTS[name])
+    assert len(answer) > 8, f"{name}: the node closed without answering"
+    size, correlation_id = struct.unpack_from(">ii", answer)
+    assert size == len(answer) - 4 and correlation_id in (1, 5, 6), (size, correlation_id)
+    assert node.lines_for(port) == []
     node.assert_serving(len(name))
 
 

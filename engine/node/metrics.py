@@ -79,6 +79,8 @@ class NodeCollector:
         snapshotter = node.snapshotter
         yield GaugeMetricFamily("kraftlog_snapshot_age_ms", "ms since this node last wrote a snapshot",
                                 value=time.monotonic() * 1000 - snapshotter.last_ms)
+        yield CounterMetricFamily("kraftlog_requests_with_trailing_bytes", "well-formed requests with bytes after "
+                                  "the body (served, as Kafka does)", value=node.transport.requests_with_trailing_bytes)
         yield GaugeMetricFamily("kraftlog_current_metadata_version", "finalized metadata.version level",
                                 value=node.image.features.metadata_version)
         # Kafka's metadata-apply-error-count: committed records a broker skipped (a controller stops instead)

@@ -152,6 +152,7 @@ class NodeTransport(RaftTransport):
             return
         if api_key == wire.API_DESCRIBE_QUORUM and self.forward is not None:
             rf = wire.parse_request(frame)
+            self.note_trailing(conn, api_key, version, rf.trailing_bytes)
             self._respond_later(conn, rf.correlation_id,
                                 asyncio.get_running_loop().create_task(self.forward.describe_quorum()))
             return
@@ -163,6 +164,7 @@ class NodeTransport(RaftTransport):
             return
         if api_key == wire.API_API_VERSIONS:
             rf = wire.parse_request(frame)
+            self.note_trailing(conn, api_key, version, rf.trailing_bytes)
             image = self.publisher.image if self.publisher is not None else None
             self._respond(conn, _api_versions_response(rf.api_version, self._served(), image, self.supported),
                           rf.correlation_id, header_v0=True)
@@ -173,15 +175,16 @@ class NodeTransport(RaftTransport):
             return
         served, served_request, served_response = spec
         if version == served:
-            correlation_id, body = _parse(frame, served_request, api_key)
+            correlation_id, body, trailing_bytes = _parse(frame, served_request, api_key)
             back = None
         else:  # an older version: read with its own type, handled as the served one (older_versions.py)
             low, high = older_versions.version_range(api_key, served)
             if not low <= version <= high:
                 raise wire.WireFormatError(f"unsupported API key {api_key} version {version} (served: v{low}-v{high})")
-            correlation_id, old = _parse(frame, older_versions.request_type(api_key, version), api_key)
+            correlation_id, old, trailing_bytes = _parse(frame, older_versions.request_type(api_key, version), api_key)
             body = older_versions.to_served(api_key, old, served_request)
             back = older_versions.response_type(api_key, version)
+        self.note_trailing(conn, api_key, version, trailing_bytes)
         loop = asyncio.get_running_loop()
         if api_key == API_OFFSETS_FOR_LEADER_EPOCH:
             core = self.core
@@ -306,17 +309,16 @@ async def _converted(answer, back: type):
 
 
 def _parse(frame: bytes, request_type: type, api_key: int):
-    """(correlation id, kio body) of a request (header v2 before a flexible body, else v1);
-    WireFormatError if it does not decode exactly (the transport then closes that connection)."""
+    """(correlation id, kio body, bytes after the body) of a request (header v2 before a flexible
+    body, else v1); WireFormatError if it does not decode (the transport then closes that
+    connection). Bytes after a well-formed body are Kafka's to ignore (wire.parse_request)."""
     header_type = RequestHeader if request_type.__flexible__ else RequestHeaderV1
     try:
         header, pos = entity_reader(header_type)(frame, 0)
         body, size = entity_reader(request_type)(frame, pos)
     except Exception as exc:  # kio raises many kinds (ValueError, IndexError, UnicodeDecodeError, ...)
         raise wire.WireFormatError(f"malformed request (API {api_key}): {type(exc).__name__}: {exc}") from None
-    if pos + size != len(frame):
-        raise wire.WireFormatError(f"{len(frame) - pos - size} bytes after the body of API {api_key}")
-    return header.correlation_id, body
+    return header.correlation_id, body, len(frame) - pos - size
 
 
 def supported_api_versions(served: dict | None = None) -> list[tuple[int, int, int]]:

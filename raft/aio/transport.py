@@ -11,8 +11,9 @@ correlation ids, and an admin's DescribeQuorum has no node id to answer by.
 Failure handling (each failure costs one connection, never the node):
     * a size prefix below 0 or above ``max_frame_bytes`` closes the connection as soon as the
       4 prefix bytes are in, before any of the body is buffered;
-    * a frame that does not decode (unknown API/version, malformed header or body, bytes left
-      over), or whose handler raises anything else, closes that connection;
+    * a frame that does not decode (unknown API/version, malformed header or body), or whose
+      handler raises anything else, closes that connection (bytes after a well-formed body do
+      not: Kafka ignores them, so do we, counting them: note_trailing);
     * a peer that closes (or resets) the connection in the middle of a frame;
     * a TLS handshake that fails (no certificate, a certificate from another CA, plain text on
       a TLS port, no handshake within ``tls_handshake_timeout_ms``).
@@ -300,7 +301,8 @@ class RaftTransport:
     ``config.max_frame_bytes`` bounds every frame in both directions. ``server_ssl`` makes the
     listener TLS-only; ``client_ssl`` makes the connections to peers TLS (see the module docstring).
     Counters: ``frames_rejected`` (inbound connections closed for a bad frame),
-    ``handshakes_failed`` (inbound TLS handshakes that failed).
+    ``handshakes_failed`` (inbound TLS handshakes that failed), ``requests_with_trailing_bytes``
+    (well-formed requests with bytes after the body: served, as Kafka does, see note_trailing).
     """
 
     def __init__(self, node_id: int, peers: dict[int, tuple[str, int]], config: TransportConfig | None = None, *,
@@ -325,6 +327,7 @@ class RaftTransport:
         self.closed = False
         self.frames_rejected = 0
         self.handshakes_failed = 0
+        self.requests_with_trailing_bytes = 0
 
     # -- server side --------------------------------------------------------------------------
 
@@ -381,8 +384,17 @@ class RaftTransport:
         check_request_lengths(frame)  # before any kio read: see "the kio length guard" below
         self._on_request(conn, frame)
 
+    def note_trailing(self, conn: FrameConnection, api_key: int, version: int, trailing_bytes: int) -> None:
+        """A well-formed request with bytes after its body is served (Kafka's parseRequest reads
+        the body and ignores the rest): counted, and one DEBUG line, never a closed connection."""
+        if trailing_bytes:
+            self.requests_with_trailing_bytes += 1
+            log.debug("request from %s: %d bytes after the body of API %d v%d, ignored", conn.label,
+                      trailing_bytes, api_key, version)
+
     def _on_request(self, conn: FrameConnection, frame: bytes) -> None:
         rf = wire.parse_request(frame)
+        self.note_trailing(conn, rf.api_key, rf.api_version, rf.trailing_bytes)
         if rf.api_key == wire.API_API_VERSIONS:
             conn.write(wire.frame_response(rf.correlation_id, wire.api_versions_response(rf.api_version),
                                            header_v0=True))
