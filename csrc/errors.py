@@ -7,6 +7,8 @@ KraftlogError and carry enough context (file, position, offset) to act on. Progr
 
 from __future__ import annotations
 
+import copy
+
 
 class KraftlogError(Exception):
     """Base of every operating error kraftlog raises."""
@@ -21,15 +23,25 @@ class UndecodableRecordError(KraftlogError):
     """
 
     def __init__(self, message: str, *, position: int | None = None, path: str | None = None):
-        where = []
-        if path is not None:
-            where.append(str(path))
-        if position is not None:
-            where.append(f"position {position}")
-        super().__init__(f"{message} ({', '.join(where)})" if where else message)
+        super().__init__(_placed(message, position, path))
         self.reason = message
         self.position = position
         self.path = path
+
+    def moved(self, *, path: str, base_position: int) -> UndecodableRecordError:
+        """The same error, about bytes that were read from ``path`` starting at ``base_position``."""
+        clone = copy.copy(self)
+        clone.path = path
+        clone.position = None if self.position is None else base_position + self.position
+        clone.args = (_placed(self.reason, clone.position, path),)
+        return clone
+
+
+def _placed(message: str, position: int | None, path: str | None) -> str:
+    where = [] if path is None else [str(path)]
+    if position is not None:
+        where.append(f"position {position}")
+    return f"{message} ({', '.join(where)})" if where else message
 
 
 class CorruptRecordError(UndecodableRecordError):

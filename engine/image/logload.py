@@ -13,13 +13,16 @@ from collections.abc import Iterator
 from kraftlog.engine.image.image import MetadataImage
 from kraftlog.engine.image.loader import Loader, Progress
 from kraftlog.engine.log.log import Isolation, Log, LogConfig
+from kraftlog.engine.log.segment import segment_name
+from kraftlog.errors import UndecodableRecordError
 
 REGION_BYTES = 64 << 20
 
 
 def log_regions(log: Log, start_offset: int, isolation: Isolation = Isolation.LOG_END,
-                region_bytes: int = REGION_BYTES) -> Iterator[memoryview]:
-    """Consecutive zero-copy regions of whole batches from ``start_offset`` to the readable end."""
+                region_bytes: int = REGION_BYTES, *, cursor: list | None = None) -> Iterator[memoryview]:
+    """Consecutive zero-copy regions of whole batches from ``start_offset`` to the readable end.
+    ``cursor``, when given, holds the segment base offset and file position of the last region."""
     offset = start_offset
     end = log.end_offset if isolation is Isolation.LOG_END else log.high_watermark
     while offset < end:
@@ -27,6 +30,8 @@ def log_regions(log: Log, start_offset: int, isolation: Isolation = Isolation.LO
         records = info.records
         if not len(records):
             return
+        if cursor is not None:
+            cursor[:] = [info.segment_base_offset, info.position]
         yield records
         offset = _next_offset(records)
 
@@ -52,4 +57,12 @@ def load_log_dir(directory: str | os.PathLike, *, image: MetadataImage | None = 
         if first is None:
             first = max(log.start_offset, loader.image.provenance.offset + 1)
         target = log.end_offset if isolation is Isolation.LOG_END else log.high_watermark
-        return loader.replay_regions(log_regions(log, first, isolation), path=str(directory), target_offset=target - 1)
+        cursor: list = []
+        try:
+            return loader.replay_regions(log_regions(log, first, isolation, cursor=cursor), path=str(directory),
+                                         target_offset=target - 1)
+        except UndecodableRecordError as exc:  # positions in a region: say the segment file and its position
+            if not cursor:
+                raise
+            segment = os.path.join(os.fspath(directory), segment_name(cursor[0]) + ".log")
+            raise exc.moved(path=segment, base_position=cursor[1]) from None

@@ -33,7 +33,7 @@ from kraftlog.engine.image.image import MetadataImage
 from kraftlog.engine.image.loader import Loader, LoadManifest
 from kraftlog.engine.layout import SNAPSHOT_DIRNAME
 from kraftlog.engine.records import batch as batch_codec
-from kraftlog.errors import KraftlogError
+from kraftlog.errors import KraftlogError, UndecodableRecordError
 
 REGION_BYTES = 16 << 20  # bytes of whole batches per loader step (and per progress update)
 CHECKPOINT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
@@ -111,7 +111,13 @@ def load_log_dir(directory: str, *, command: str, progress: bool, skip_errors: b
             bar.update(done, f"offset {m.last_offset + 1:,} of {end:,}, {rate(m.records, bar.elapsed_s)}")
 
         loader = Loader(base, skip_errors=skip_errors, progress=on_progress)
-        image = loader.replay_regions(_regions(scan, start), path=directory)
+        cursor: list = []
+        try:
+            image = loader.replay_regions(_regions(scan, start, cursor), path=directory)
+        except UndecodableRecordError as exc:  # a position in a region: name the segment and its position
+            if not cursor:
+                raise
+            raise exc.moved(path=cursor[0], base_position=cursor[1]) from None
     manifest = manifests[-1] if manifests else LoadManifest("log")
     return Loaded(image, directory, "log", manifest, end, None if base is None else base.provenance.offset + 1)
 
@@ -137,8 +143,9 @@ def _snapshot_base(directory: str, start: int, end: int, command: str) -> Metada
     return None
 
 
-def _regions(scan: segments.LogDirScan, start_offset: int):
-    """Zero-copy views of whole valid batches, about REGION_BYTES each (one batch if larger).
+def _regions(scan: segments.LogDirScan, start_offset: int, cursor: list):
+    """Zero-copy views of whole valid batches, about REGION_BYTES each (one batch if larger);
+    ``cursor`` holds the segment path and position of the last one.
 
     A region never starts at a batch whose first record is a PartitionRecord: the Loader applies
     a TopicRecord with its PartitionRecords as one vectorised step only when the whole run is in
@@ -155,5 +162,6 @@ def _regions(scan: segments.LogDirScan, start_offset: int):
         i, n = int(np.searchsorted(np.asarray(s.last_offsets), start_offset)), seg.batch_count
         while i < n:
             j = max(i + 1, int(np.searchsorted(ends, positions[i] + REGION_BYTES, side="right")))
+            cursor[:] = [seg.path, int(positions[i])]
             yield view[int(positions[i]):int(ends[j - 1])]
             i = j

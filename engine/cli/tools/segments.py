@@ -32,7 +32,7 @@ from kraftlog.engine.log.fs import RealFileSystem
 from kraftlog.engine.log.log import CLEAN_SHUTDOWN_NAME, LOG_START_CHECKPOINT_NAME
 from kraftlog.engine.log.segment import INDEX_SUFFIX, TIME_INDEX_SUFFIX, parse_segment_name, segment_name
 from kraftlog.engine.records import batch as batch_codec
-from kraftlog.errors import KraftlogError
+from kraftlog.errors import KraftlogError, UndecodableRecordError, UnsupportedCodecError
 
 OFFSET_ENTRY = np.dtype([("rel", ">i4"), ("pos", ">i4")])  # .index: relativeOffset i32 | position i32
 TIME_ENTRY = np.dtype([("ts", ">i8"), ("rel", ">i4")])  # .timeindex: timestamp i64 | relativeOffset i32
@@ -62,12 +62,28 @@ class Problem:
         return f"{self.path}: position {self.position}: {self.reason}"
 
 
+# Records are decoded in runs of whole batches of about this size, so a segment's columns (and, for
+# compressed batches, their inflated records) are never all in memory at once.
+DECODE_RUN_BYTES = 16 * 1024 * 1024
+
+
+@dataclass
+class Undecodable:
+    """A CRC-valid batch whose records do not decode: corrupt records, or a codec that does not exist."""
+
+    position: int
+    base_offset: int
+    reason: str
+    unsupported_codec: bool
+
+
 @dataclass
 class SegmentScan:
     path: str
     base_offset: int
     file_size: int
     scan: object  # batch.ScanResult of the valid batches
+    undecodable: list[Undecodable] = field(default_factory=list)  # filled with decode_records=True
 
     @property
     def batch_count(self) -> int:
@@ -114,9 +130,12 @@ def segment_bases(directory: str) -> list[int]:
     return sorted(b for b in (parse_segment_name(n) for n in os.listdir(directory)) if b is not None)
 
 
-def scan_log_dir(directory: str, *, check_indexes: bool = True,
+def scan_log_dir(directory: str, *, check_indexes: bool = True, decode_records: bool = False,
                  on_segment: Callable[[SegmentScan], None] | None = None) -> LogDirScan:
-    """Scan every segment of ``directory`` (read-only) up to the first problem."""
+    """Scan every segment of ``directory`` (read-only) up to the first problem. With
+    ``decode_records`` every record of every valid batch is decoded too, and the batches whose
+    records do not decode are listed on their segment (they are not a problem of the log's
+    structure: recovery keeps them, readers refuse them)."""
     result = LogDirScan(directory, clean_shutdown=os.path.exists(os.path.join(directory, CLEAN_SHUTDOWN_NAME)))
     bases = segment_bases(directory)
     expected: int | None = None
@@ -129,6 +148,8 @@ def scan_log_dir(directory: str, *, check_indexes: bool = True,
             seg = SegmentScan(path, base, len(buf), scan)
             result.segments.append(seg)
             problem = _log_problem(seg, i, expected, last_epoch, is_last=i == len(bases) - 1, buf=buf)
+            if decode_records:
+                seg.undecodable = undecodable_batches(buf, scan)
         finally:
             if isinstance(buf, mmap.mmap):
                 buf.close()
@@ -144,6 +165,31 @@ def scan_log_dir(directory: str, *, check_indexes: bool = True,
             last_epoch = int(scan.partition_leader_epochs[-1])
     result.problem = _checkpoint_problem(result)
     return result
+
+
+def undecodable_batches(buf, scan) -> list[Undecodable]:
+    """The valid batches of ``scan`` whose records do not decode (inflated, every record walked).
+
+    Runs of batches decode together (the fast path); a run that fails is decoded batch by batch
+    to name every bad batch in it."""
+    out: list[Undecodable] = []
+    positions, sizes = scan.positions, scan.size_bytes
+    k = 0
+    while k < scan.batch_count:
+        start = int(positions[k])
+        stop = k + max(1, int(np.searchsorted(positions[k:], start + DECODE_RUN_BYTES, side="left")))
+        end = int(positions[stop - 1]) + int(sizes[stop - 1])
+        try:
+            batch_codec.decode_columns_many(buf, start, end)
+        except UndecodableRecordError:
+            for j in range(k, stop):
+                try:
+                    batch_codec.decode_columns(buf, int(positions[j]))
+                except UndecodableRecordError as exc:
+                    out.append(Undecodable(int(positions[j]), int(scan.base_offsets[j]), exc.reason,
+                                           isinstance(exc, UnsupportedCodecError)))
+        k = stop
+    return out
 
 
 def _log_problem(seg: SegmentScan, i: int, expected: int | None, last_epoch: int, *, is_last: bool,
