@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kraftlog.errors import CorruptRecordError
+from kraftlog.errors import UndecodableRecordError
 from kraftlog.raft.control import encode_leader_change
 from kraftlog.raft.messages import (
     BeginQuorumEpochRequest,
@@ -1331,7 +1331,7 @@ class RaftCore:
         self._snapshot_fetch = None
         try:
             self.snapshots.finish(sf.snapshot_id, sf.size)
-        except CorruptRecordError:
+        except UndecodableRecordError:  # corrupt, or a codec that does not exist
             self.snapshots.abort(sf.snapshot_id)
             return
         self._install_snapshot(sf.snapshot_id)
