@@ -34,6 +34,7 @@ from kraftlog.engine.cli.tools import segments
 from kraftlog.engine.cli.tools.common import ToolError
 from kraftlog.engine.records import batch as batch_codec
 from kraftlog.engine.records import metadata as codec
+from kraftlog.engine.records.compression import CODEC_NAMES
 from kraftlog.engine.records.layout import (
     CODEC_MASK,
     CONTROL_BIT,
@@ -49,7 +50,6 @@ from kraftlog.engine.records.layout import (
 from kraftlog.errors import CorruptRecordError, UndecodableRecordError
 
 SUFFIXES = (".log", ".checkpoint", ".index", ".timeindex")
-CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 DELETE_HORIZON_BIT = 0x40
 INT32_MAX = (1 << 31) - 1
 # Kafka's ControlRecordType names and the word DumpLogSegments prints before each decoded body.
