@@ -216,6 +216,9 @@ class DescribeQuorumResponse:
     high_watermark: int = NO_EPOCH
     voters: tuple[ReplicaDescription, ...] = ()
     observers: tuple[ReplicaDescription, ...] = ()
+    # v2's Nodes: (voter id, host, port) of each voter's endpoint, so a tool asking a follower can
+    # go on to the leader it names. The core does not know addresses: the transport fills them.
+    nodes: tuple[tuple[int, str, int], ...] = ()
 
 
 Request = (

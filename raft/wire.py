@@ -53,6 +53,10 @@ from kio.schema.api_versions.v4.response import ApiVersion as ApiVersionV4
 from kio.schema.api_versions.v4.response import ApiVersionsResponse as ApiVersionsResponseV4
 from kio.schema.begin_quorum_epoch.v1 import request as kbegin_req
 from kio.schema.begin_quorum_epoch.v1 import response as kbegin_resp
+from kio.schema.describe_quorum.v0 import request as kdescribe0_req
+from kio.schema.describe_quorum.v0 import response as kdescribe0_resp
+from kio.schema.describe_quorum.v1 import request as kdescribe1_req
+from kio.schema.describe_quorum.v1 import response as kdescribe1_resp
 from kio.schema.describe_quorum.v2 import request as kdescribe_req
 from kio.schema.describe_quorum.v2 import response as kdescribe_resp
 from kio.schema.end_quorum_epoch.v1 import request as kend_req
@@ -71,7 +75,7 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.schema.vote.v2 import request as kvote_req
 from kio.schema.vote.v2 import response as kvote_resp
 from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import Records, i16, i32, i64
+from kio.static.primitive import Records, i16, i32, i64, u16
 
 from kraftlog.engine.records import batch as batch_codec
 from kraftlog.engine.records.layout import (
@@ -152,12 +156,19 @@ REQUEST_TYPES: dict[tuple[int, int], type] = {(a.key, a.version): a.request for 
 REQUEST_TYPES[(PRODUCE_API.key, PRODUCE_API.version)] = PRODUCE_API.request
 for _v, (_req, _resp, _) in _API_VERSIONS.items():
     REQUEST_TYPES[(API_API_VERSIONS, _v)] = _req
+# DescribeQuorum v0-v1 too: the metadata-quorum tools of Kafka 3.3-3.8 ask at those versions
+DESCRIBE_QUORUM_OLDER = {0: kdescribe0_resp, 1: kdescribe1_resp}
+REQUEST_TYPES[(API_DESCRIBE_QUORUM, 0)] = kdescribe0_req.DescribeQuorumRequest
+REQUEST_TYPES[(API_DESCRIBE_QUORUM, 1)] = kdescribe1_req.DescribeQuorumRequest
+_DESCRIBE_QUORUM_REQUESTS = (kdescribe0_req.DescribeQuorumRequest, kdescribe1_req.DescribeQuorumRequest,
+                             kdescribe_req.DescribeQuorumRequest)
 API_BY_KEY = {a.key: a for a in APIS.values()}
 
 
 def supported_api_versions() -> list[tuple[int, int, int]]:
     """(api key, min version, max version) for ApiVersions answers."""
-    rows = [(a.key, a.version, a.version) for a in APIS.values()]
+    rows = [(a.key, min(DESCRIBE_QUORUM_OLDER) if a.key == API_DESCRIBE_QUORUM else a.version, a.version)
+            for a in APIS.values()]
     rows.append((API_PRODUCE, PRODUCE_API.version, PRODUCE_API.version))
     rows.append((API_API_VERSIONS, min(_API_VERSIONS), max(_API_VERSIONS)))
     return sorted(rows)
@@ -570,7 +581,7 @@ def _request_from_kio(msg) -> tuple[int, object]:
         sid = OffsetAndEpoch(p.snapshot_id.end_offset, p.snapshot_id.epoch)
         return msg.replica_id, FetchSnapshotRequest(msg.cluster_id, msg.replica_id, msg.max_bytes,
                                                     p.current_leader_epoch, sid, p.position)
-    if isinstance(msg, kdescribe_req.DescribeQuorumRequest):
+    if isinstance(msg, _DESCRIBE_QUORUM_REQUESTS):
         _one_partition(msg.topics, "DescribeQuorum")
         return NO_ID, DescribeQuorumRequest()
     raise WireFormatError(f"not a raft request: {type(msg).__name__}")
@@ -627,21 +638,33 @@ def response_to_kio(body):
             throttle_time=datetime.timedelta(0), error_code=_code(body.error_code),
             topics=(ksnap_resp.TopicSnapshot(name=METADATA_TOPIC, partitions=(p,)),))
     if t is DescribeQuorumResponse:
-        def states(replicas):
-            return tuple(kdescribe_resp.ReplicaState(
-                replica_id=i32(r.replica_id), replica_directory_id=None, log_end_offset=i64(r.log_end_offset),
-                last_fetch_timestamp=i64(r.last_fetch_ms), last_caught_up_timestamp=i64(r.last_caught_up_ms))
-                for r in replicas)
-
-        p = kdescribe_resp.PartitionData(
-            partition_index=i32(0), error_code=_code(body.partition_error), error_message=None,
-            leader_id=i32(body.leader_id), leader_epoch=i32(body.leader_epoch),
-            high_watermark=i64(body.high_watermark), current_voters=states(body.voters),
-            observers=states(body.observers))
-        return kdescribe_resp.DescribeQuorumResponse(
-            error_code=_code(body.error_code), error_message=None,
-            topics=(kdescribe_resp.TopicData(topic_name=METADATA_TOPIC, partitions=(p,)),), nodes=())
+        return _describe_quorum_to_kio(body, kdescribe_resp)
     raise TypeError(f"not a raft response: {t.__name__}")
+
+
+def _describe_quorum_to_kio(body: DescribeQuorumResponse, schema, version: int = 2):
+    """DescribeQuorum in the kio types of ``schema`` (v0, v1 or v2 response module): v0 has no
+    timestamps, v0-v1 no error message, replica directory or Nodes."""
+    def state(r):
+        fields = dict(replica_id=i32(r.replica_id), log_end_offset=i64(r.log_end_offset))
+        if version >= 1:
+            fields.update(last_fetch_timestamp=i64(r.last_fetch_ms), last_caught_up_timestamp=i64(r.last_caught_up_ms))
+        if version >= 2:
+            fields.update(replica_directory_id=None)
+        return schema.ReplicaState(**fields)
+
+    newest = version >= 2
+    p = schema.PartitionData(
+        partition_index=i32(0), error_code=_code(body.partition_error), **({"error_message": None} if newest else {}),
+        leader_id=i32(body.leader_id), leader_epoch=i32(body.leader_epoch), high_watermark=i64(body.high_watermark),
+        current_voters=tuple(map(state, body.voters)), observers=tuple(map(state, body.observers)))
+    topics = (schema.TopicData(topic_name=METADATA_TOPIC, partitions=(p,)),)
+    if not newest:
+        return schema.DescribeQuorumResponse(error_code=_code(body.error_code), topics=topics)
+    nodes = tuple(schema.Node(node_id=i32(n), listeners=(schema.Listener(name="CONTROLLER", host=host, port=u16(port)),))
+                  for n, host, port in body.nodes)
+    return schema.DescribeQuorumResponse(error_code=_code(body.error_code), error_message=None, topics=topics,
+                                         nodes=nodes)
 
 
 def response_from_kio(msg, request=None):
@@ -700,8 +723,9 @@ def _response_from_kio(msg, request=None):
             return tuple(ReplicaDescription(s.replica_id, s.log_end_offset, s.last_fetch_timestamp,
                                             s.last_caught_up_timestamp) for s in states)
 
+        nodes = tuple((n.node_id, li.host, li.port) for n in msg.nodes for li in n.listeners[:1])
         return DescribeQuorumResponse(_err(msg.error_code), _err(p.error_code), p.leader_id, p.leader_epoch,
-                                      p.high_watermark, replicas(p.current_voters), replicas(p.observers))
+                                      p.high_watermark, replicas(p.current_voters), replicas(p.observers), nodes)
     raise WireFormatError(f"not a raft response: {type(msg).__name__}")
 
 
@@ -714,7 +738,11 @@ def encode_request_envelope(env: Envelope, client_id: str | None) -> bytes:
     return frame_request(api.key, api.version, env.correlation_id, client_id, request_to_kio(env.body))
 
 
-def encode_response_body(correlation_id: int, body) -> bytes:
+def encode_response_body(correlation_id: int, body, version: int | None = None) -> bytes:
+    """The response frame; ``version`` matters only for the APIs served at several versions
+    (DescribeQuorum v0-v2), the others have one."""
+    if version is not None and type(body) is DescribeQuorumResponse and version in DESCRIBE_QUORUM_OLDER:
+        return frame_response(correlation_id, _describe_quorum_to_kio(body, DESCRIBE_QUORUM_OLDER[version], version))
     return frame_response(correlation_id, response_to_kio(body))
 
 

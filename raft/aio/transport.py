@@ -316,11 +316,12 @@ class RaftTransport:
         self.server_ssl = server_ssl
         self.client_ssl = client_ssl
         self.links = {pid: _PeerLink(self, pid, addr) for pid, addr in peers.items() if pid != node_id}
+        self.voter_addresses = dict(peers)  # DescribeQuorum v2's Nodes
         self.on_envelope: Callable[[Envelope], None] = lambda env: None
         self.on_produce: Callable | None = None
         self.client_id = f"kraftlog-raft-{node_id}"
         self._server: asyncio.base_events.Server | None = None
-        self._inbound: dict[int, tuple[FrameConnection, int]] = {}
+        self._inbound: dict[int, tuple[FrameConnection, int, int]] = {}  # -> (conn, correlation id, version)
         self._inbound_ids = itertools.count(1)
         self._connections: set[FrameConnection] = set()
         self._handshakes: set[asyncio.Task] = set()
@@ -403,7 +404,7 @@ class RaftTransport:
         else:
             source, body = wire.request_from_kio(rf.body)
             local = next(self._inbound_ids)
-            self._inbound[local] = (conn, rf.correlation_id)
+            self._inbound[local] = (conn, rf.correlation_id, rf.api_version)
             self.deliver(Envelope(source, self.node_id, local, body))
 
     def _on_produce(self, conn: FrameConnection, rf: wire.RequestFrame) -> None:
@@ -444,16 +445,24 @@ class RaftTransport:
         entry = self._inbound.pop(env.correlation_id, None)
         if entry is None:
             return
-        conn, corr = entry
+        conn, corr, version = entry
         if conn.closed:
             return
         try:
-            frame = wire.encode_response_body(corr, _wall_clock_timestamps(env.body))
+            frame = wire.encode_response_body(corr, self._describe_quorum_nodes(_wall_clock_timestamps(env.body)),
+                                              version)
         except Exception:  # noqa: BLE001 - see the docstring
             log.exception("cannot encode %s; closing connection %s", type(env.body).__name__, conn.label)
             conn.close()
             return
         conn.write(frame)
+
+    def _describe_quorum_nodes(self, body):
+        """DescribeQuorum answers carry the voters' endpoints (v2 Nodes), which only we know."""
+        if not isinstance(body, DescribeQuorumResponse) or not self.voter_addresses:
+            return body
+        return dataclasses.replace(body, nodes=tuple((n, host, port) for n, (host, port)
+                                                     in sorted(self.voter_addresses.items())))
 
     def deliver(self, env: Envelope) -> None:
         if log.isEnabledFor(logging.DEBUG):

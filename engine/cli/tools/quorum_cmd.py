@@ -1,7 +1,9 @@
 """`kraftlog quorum describe --status | --replication`: kafka-metadata-quorum against a live quorum.
 
 Asks the given addresses for DescribeQuorum (Kafka's API 55, over the wire) until one answers as
-the leader, then prints the same fields and columns as Kafka's tool:
+the leader (a follower's answer names the leader and, in v2's Nodes, its endpoint: asked next),
+then prints the same fields and columns as Kafka's tool (the cluster id from a Metadata answer of
+that node, rows leader first):
     --status       ClusterId, LeaderId, LeaderEpoch, HighWatermark, MaxFollowerLag,
                    MaxFollowerLagTimeMs, CurrentVoters, CurrentObservers
     --replication  NodeId, LogEndOffset, Lag, LastFetchTimestamp, LastCaughtUpTimestamp, Status
@@ -33,7 +35,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--bootstrap-controller", metavar="HOST:PORT[,...]", help="controller (voter) addresses")
     where.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]", help="any node's address")
     describe.add_argument("--human-readable", action="store_true", help="timestamps as 'N ms ago'")
-    describe.add_argument("--cluster-id", default=None, help="print this cluster id (DescribeQuorum does not carry it)")
+    describe.add_argument("--cluster-id", default=None, help="print this cluster id instead of asking the node "
+                          "(DescribeQuorum does not carry it; a bare Raft log node serves no Metadata)")
     describe.add_argument("--timeout-ms", type=int, default=5000, help="give up after this long (default 5000)")
     tls.add_tls_arguments(describe)
     describe.set_defaults(run=run)
@@ -52,26 +55,62 @@ def parse_addresses(text: str) -> list[tuple[str, int]]:
 
 
 async def _describe(addresses: list[tuple[str, int]], timeout_ms: int, ssl_context=None):
+    """(the leader's DescribeQuorum answer, the address that gave it). An address that names the
+    leader (DescribeQuorum v2 Nodes carry the voters' endpoints) sends the next question there."""
     from kraftlog.engine.node.raftnode import RaftClient
     from kraftlog.raft.types import Errors
 
-    client = RaftClient(dict(enumerate(addresses)), attempt_timeout_ms=min(timeout_ms, 2000), ssl_context=ssl_context)
-    tried = []
-    try:
-        for key, (host, port) in enumerate(addresses):
-            try:
-                resp = await asyncio.wait_for(client.describe_quorum(key, timeout_ms=timeout_ms), timeout_ms / 1000)
-            except Exception as exc:  # an unreachable address is reported with the others
-                tried.append(f"{host}:{port} ({type(exc).__name__})")
-                continue
-            if resp.partition_error is Errors.NONE:
-                return resp
-            leader = f", leader is node {resp.leader_id}" if resp.leader_id >= 0 else ""
-            tried.append(f"{host}:{port} ({resp.partition_error.name}{leader})")
-    finally:
-        await client.close()
+    queue, asked, tried = list(addresses), set(), []
+    while queue:
+        host, port = address = queue.pop(0)
+        if address in asked:
+            continue
+        asked.add(address)
+        client = RaftClient({0: address}, attempt_timeout_ms=min(timeout_ms, 2000), ssl_context=ssl_context)
+        try:
+            resp = await asyncio.wait_for(client.describe_quorum(0, timeout_ms=timeout_ms), timeout_ms / 1000)
+        except Exception as exc:  # noqa: BLE001 - an unreachable address is reported with the others
+            tried.append(f"{host}:{port} ({type(exc).__name__})")
+            continue
+        finally:
+            await client.close()
+        if resp.partition_error is Errors.NONE:
+            return resp, address
+        leader_at = next(((h, p) for n, h, p in resp.nodes if n == resp.leader_id), None)
+        if leader_at is not None:
+            queue.insert(0, leader_at)
+        leader = f", leader is node {resp.leader_id}" if resp.leader_id >= 0 else ""
+        tried.append(f"{host}:{port} ({resp.partition_error.name}{leader})")
     raise QuorumUnreachableError(f"no leader answered DescribeQuorum; tried {', '.join(tried)} "
                                  "(give every controller's address to --bootstrap-controller)")
+
+
+async def _cluster_id(address: tuple[str, int], timeout_ms: int, ssl_context=None) -> str | None:
+    """The cluster id from a Metadata answer of ``address`` (as Kafka's tool asks DescribeCluster);
+    None when the node serves no Metadata (a bare Raft log node) or does not answer in time."""
+    from kio.schema.metadata.v12 import request as md_req
+
+    from kraftlog.engine.protocol.connection import ClientConnection
+    from kraftlog.engine.protocol.metadata_response import EpochMetadataResponse  # our answers carry a tag
+
+    conn = ClientConnection(*address, ssl_context=ssl_context)
+    try:
+        await asyncio.wait_for(conn.open(), timeout_ms / 1000)
+        answer = await conn.request(3, 12, md_req.MetadataRequest(topics=(), allow_auto_topic_creation=False,
+                                                                  include_topic_authorized_operations=False),
+                                    EpochMetadataResponse, timeout_s=timeout_ms / 1000)
+        return answer.cluster_id
+    except Exception:  # noqa: BLE001 - no Metadata here: the row says unknown
+        return None
+    finally:
+        await conn.close()
+
+
+async def _describe_with_cluster_id(addresses, timeout_ms: int, ssl_context, cluster_id: str | None):
+    resp, address = await _describe(addresses, timeout_ms, ssl_context)
+    if cluster_id is None:
+        cluster_id = await _cluster_id(address, timeout_ms, ssl_context)
+    return resp, cluster_id
 
 
 def status_lines(resp, cluster_id: str | None) -> list[str]:
@@ -81,7 +120,8 @@ def status_lines(resp, cluster_id: str | None) -> list[str]:
     max_lag = max((leader_end - v.log_end_offset for v in followers), default=0)
     caught_up = [v.last_caught_up_ms for v in followers if v.last_caught_up_ms >= 0]
     lag_time = (leader.last_caught_up_ms - min(caught_up)) if leader and caught_up else 0
-    rows = [("ClusterId", cluster_id or "(not given)"), ("LeaderId", resp.leader_id),
+    rows = [("ClusterId", cluster_id or "(unknown: the node serves no Metadata; see --cluster-id)"),
+            ("LeaderId", resp.leader_id),
             ("LeaderEpoch", resp.leader_epoch), ("HighWatermark", resp.high_watermark),
             ("MaxFollowerLag", max_lag), ("MaxFollowerLagTimeMs", max(lag_time, 0)),
             ("CurrentVoters", "[" + ",".join(str(v.replica_id) for v in resp.voters) + "]"),
@@ -100,8 +140,9 @@ def replication_lines(resp, human_readable: bool, now_ms: int | None = None) -> 
 
     header = ["NodeId", "LogEndOffset", "Lag", "LastFetchTimestamp", "LastCaughtUpTimestamp", "Status"]
     rows = []
-    for replica, status in ([(v, "Leader" if v.replica_id == resp.leader_id else "Follower") for v in resp.voters]
-                            + [(o, "Observer") for o in resp.observers]):
+    leader = [(v, "Leader") for v in resp.voters if v.replica_id == resp.leader_id]
+    followers = [(v, "Follower") for v in resp.voters if v.replica_id != resp.leader_id]
+    for replica, status in leader + followers + [(o, "Observer") for o in resp.observers]:  # Kafka's order
         rows.append([str(replica.replica_id), str(replica.log_end_offset), str(max(leader_end - replica.log_end_offset, 0)),
                      stamp(replica.last_fetch_ms), stamp(replica.last_caught_up_ms), status])
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
@@ -110,7 +151,12 @@ def replication_lines(resp, human_readable: bool, now_ms: int | None = None) -> 
 
 def run(args: argparse.Namespace) -> int:
     addresses = parse_addresses(args.bootstrap_controller or args.bootstrap_server)
-    resp = asyncio.run(_describe(addresses, args.timeout_ms, tls.client_context(args)))
-    lines = status_lines(resp, args.cluster_id) if args.status else replication_lines(resp, args.human_readable)
+    context = tls.client_context(args)
+    if args.status:
+        resp, cluster_id = asyncio.run(_describe_with_cluster_id(addresses, args.timeout_ms, context, args.cluster_id))
+        lines = status_lines(resp, cluster_id)
+    else:
+        resp, _ = asyncio.run(_describe(addresses, args.timeout_ms, context))
+        lines = replication_lines(resp, args.human_readable)
     print("\n".join(lines))
     return 0
