@@ -730,3 +730,46 @@ def test_delete_topics_create_partitions_alter_partition(cluster):
             await brokers.close()
 
     asyncio.run(scenario())
+
+
+def test_managers_plan_without_an_event_loop():
+    """Control managers are pure functions of the image (writes.py): DeleteTopics and
+    CreatePartitions plans give the records and the answer with no loop, no lock, no Raft."""
+    from kraftlog.engine.controller.writes import ControllerResult
+
+    keep, gone = uuid.uuid4(), uuid.uuid4()
+    publisher = ImagePublisher()
+    registrations = [codec.encode_record("RegisterBrokerRecord", 3, {
+        "BrokerId": b, "IncarnationId": uuid.uuid4(), "BrokerEpoch": b, "Fenced": False}) for b in (1, 2)]
+    values = [codec.encode_record("FeatureLevelRecord", 0, {"Name": "metadata.version", "FeatureLevel": 26}),
+              *registrations,
+              codec.encode_record("TopicRecord", 0, {"Name": "keep", "TopicId": keep}),
+              codec.encode_record("PartitionRecord", 0, {"PartitionId": 0, "TopicId": keep, "Replicas": [1, 2],
+                                                         "Isr": [1, 2], "Leader": 1}),
+              codec.encode_record("TopicRecord", 0, {"Name": "gone", "TopicId": gone})]
+    publisher.handle_commits(_batches_of(values))
+    controller = Controller(1, None, driver=None, publisher=publisher)
+    image = publisher.image
+
+    deletion = controller.plan_delete_topics(image, _delete(("gone", None), ("nope", None)))
+    assert isinstance(deletion, ControllerResult) and deletion.atomic
+    assert [codec.decode_record(r).data["TopicId"] for r in deletion.records] == [gone]
+    answer = deletion.after(image)
+    assert [(x.name, x.error_code) for x in answer.responses] == [
+        ("gone", ErrorCode.none), ("nope", ErrorCode.unknown_topic_or_partition)]
+
+    growth = controller.plan_create_partitions(image, _grow(("keep", 3), ("nope", 1)))
+    added = [codec.decode_record(r).data for r in growth.records]
+    assert [(d["TopicId"], d["PartitionId"]) for d in added] == [(keep, 1), (keep, 2)]
+    assert {tuple(d["Replicas"]) for d in added} <= {(1, 2), (2, 1)}
+    assert [(x.name, x.error_code) for x in growth.response.results] == [
+        ("keep", ErrorCode.none), ("nope", ErrorCode.unknown_topic_or_partition)]
+    assert not controller.plan_create_partitions(image, _grow(("keep", 3), validate_only=True)).records
+
+
+def _batches_of(values: list[bytes]) -> list:
+    """Committed batches of ``values``, one record each, from offset 0 (as the log reads them back)."""
+    from kraftlog.engine.records.batch import build_batch_from_values
+    from kraftlog.raft import wire
+
+    return list(wire.split_batches(b"".join(build_batch_from_values([v], base_offset=i) for i, v in enumerate(values))))

@@ -30,6 +30,7 @@ from kio.static.primitive import i8, i16
 
 from kraftlog.engine.cli.tools import features_cmd as cmd
 from kraftlog.engine.controller import features as F
+from kraftlog.engine.controller.writes import NotActiveError, WriteExecutor
 from kraftlog.engine.image import versions
 from kraftlog.engine.image.image import MetadataImage, Provenance
 from kraftlog.engine.records import metadata as codec
@@ -380,26 +381,30 @@ class Publisher:
 
 
 class StubController:
-    """The Controller surface the handler uses; _write replays into the image (no network here:
-    the end-to-end test runs against real node processes)."""
+    """The Controller surface the handler uses: its real write executor, proposing by replaying
+    into the image (no network here: the end-to-end test runs against real node processes)."""
 
     def __init__(self, image, active=True):
         self.node_id, self.is_active, self.publisher = 1, active, Publisher(image)
-        self._lock = asyncio.Lock()
         self.proposals: list[list[bytes]] = []
         self.lose_leadership = False
+        self.executor = _ReplayingExecutor(self)
 
-    async def _ensure_bootstrapped(self):
-        assert self._lock.locked(), "bootstrap must run under the write lock"
 
-    async def _write(self, records):
-        from kraftlog.engine.controller.controller import _NotActive
+class _ReplayingExecutor(WriteExecutor):
+    def __init__(self, controller: StubController):
+        super().__init__(None, controller.publisher, is_active=lambda: controller.is_active, write_timeout_ms=10_000,
+                         max_records_per_batch=10_000)
+        self.controller = controller
 
-        assert self._lock.locked(), "writes must run under the write lock"
-        if self.lose_leadership:
-            raise _NotActive()
-        self.proposals.append(list(records))
-        self.publisher.image = replay_values(self.publisher.image, records)
+    async def write_proposals(self, proposals):
+        assert self.lock.locked(), "writes must run under the write lock"
+        if self.controller.lose_leadership:
+            raise NotActiveError()
+        for records in proposals:
+            self.controller.proposals.append(list(records))
+            self.publisher.image = replay_values(self.publisher.image, records)
+        return 0, 0
 
 
 def request(*updates, validate_only=False):

@@ -110,7 +110,8 @@ def test_controller_refuses_before_proposing_and_answers_unknown_server_error():
     """A write whose records fail the check raises InvalidRecordsError before anything is
     proposed, and the handlers answer it UNKNOWN_SERVER_ERROR (leadership loss and timeouts keep
     NOT_CONTROLLER and REQUEST_TIMED_OUT)."""
-    from kraftlog.engine.controller.controller import _NotActive, _write_failure
+    from kraftlog.engine.controller.writes import NotActiveError
+    from kraftlog.engine.controller.writes import failure as _write_failure
 
     loader = _loaded([codec.encode_record("FeatureLevelRecord", 0, {"Name": "metadata.version",
                                                                      "FeatureLevel": 26})])
@@ -124,13 +125,13 @@ def test_controller_refuses_before_proposing_and_answers_unknown_server_error():
         assert controller.is_active
         bad = [codec.encode_record("TopicRecord", 0, {"Name": "bad name!", "TopicId": uuid.uuid4()})]
         with pytest.raises(validation.InvalidRecordsError) as refused:
-            await controller._write(bad)
+            await controller.executor.write(bad)
         assert driver.proposals == []
         return refused.value
 
     refused = asyncio.run(scenario())
     assert _write_failure(refused, "topics")[0] == ErrorCode.unknown_server_error
-    assert _write_failure(_NotActive(), "topics")[0] == ErrorCode.not_controller
+    assert _write_failure(NotActiveError(), "topics")[0] == ErrorCode.not_controller
     assert _write_failure(TimeoutError(), "topics")[0] == ErrorCode.request_timed_out
 
 

@@ -12,10 +12,11 @@ Two parts, both driven from one asyncio loop (the node's, engine/node/node.py):
                      core has told it that it leads: by then every record before its epoch is in the
                      image) and get NOT_CONTROLLER anywhere else.
 
-Writes are serialised by one lock: a handler validates against the image, proposes its records as
-ONE proposal (the driver never splits a proposal across batches, so a topic and its partitions
-commit together or not at all), then waits until the image has replayed them before the next
-handler validates. So validation always sees every earlier write, without a second, uncommitted
+Writes are serialised by one lock, held by the write executor (writes.py): a handler plans its
+records and answer from the image (a ControllerResult), the executor proposes the records as ONE
+proposal (the driver never splits a proposal across batches, so a topic and its partitions commit
+together or not at all), then waits until the image has replayed them before the next handler
+plans. So validation always sees every earlier write, without a second, uncommitted
 copy of the state (Kafka keeps one to pipeline writes; one commit round per write is enough here).
 
 Broker liveness (Kafka's BrokerHeartbeatManager, simplified): the active controller keeps a session
@@ -70,7 +71,9 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i16, i32, i64
 
 from kraftlog.engine.controller import records_fast, replication
-from kraftlog.engine.controller.validation import InvalidRecordsError, check_records, topic_name_problem
+from kraftlog.engine.controller.validation import topic_name_problem
+from kraftlog.engine.controller.writes import WRITE_ERRORS, ControllerResult, WriteExecutor
+from kraftlog.engine.controller.writes import failure as write_failure
 from kraftlog.engine.image import versions
 from kraftlog.engine.image.image import (
     CONTROLLED_SHUTDOWN_IN,
@@ -106,7 +109,7 @@ from kraftlog.engine.protocol.responses import (
 from kraftlog.engine.records import metadata as codec
 from kraftlog.errors import KraftlogError
 from kraftlog.raft.state import Role
-from kraftlog.raft.types import NO_ID, NotLeaderError
+from kraftlog.raft.types import NO_ID
 
 log = logging.getLogger("kraftlog.controller")
 
@@ -345,28 +348,12 @@ class _NewTopic:
     result_index: int  # its place among the answer's results
 
 
-class _NotActive(Exception):
-    """This controller is not (or no longer) the active one."""
-
-
 class _Refused(Exception):
     """A request item refused with a Kafka error code (the rest of the request goes on)."""
 
     def __init__(self, code: ErrorCode, message: str):
         super().__init__(message)
         self.code, self.message = code, message
-
-
-def _write_failure(exc: Exception, what: str) -> tuple[ErrorCode, str]:
-    """The error code and message a write that did not happen answers with: NOT_CONTROLLER when
-    leadership was lost, REQUEST_TIMED_OUT when the commit took too long, UNKNOWN_SERVER_ERROR
-    when the records were refused before proposing (validation.py: a controller bug, logged)."""
-    if isinstance(exc, _NotActive):
-        return ErrorCode.not_controller, f"lost leadership before the {what} were committed"
-    if isinstance(exc, TimeoutError):
-        return ErrorCode.request_timed_out, f"the {what} were not committed in time"
-    log.error("refused to propose %s: %s", what, exc)
-    return ErrorCode.unknown_server_error, f"the {what} were refused before writing: {exc}"
 
 
 class Controller:
@@ -380,7 +367,10 @@ class Controller:
         self.publisher = publisher
         self.config = config or ControllerConfig()
         self.rng = rng or random.Random()
-        self._lock = asyncio.Lock()
+        # the one writer (writes.py): lock, bootstrap, validate, propose and wait, error mapping
+        self.executor = WriteExecutor(driver, publisher, is_active=lambda: self.is_active,
+                                      write_timeout_ms=self.config.write_timeout_ms,
+                                      max_records_per_batch=self.config.max_records_per_batch)
         self._create_queue: list[tuple[object, asyncio.Future]] = []  # CreateTopics waiting for the lock
         self._sessions: dict[int, int] = {}  # broker id -> session deadline (monotonic ms)
         self._metadata_offsets: dict[int, int] = {}  # broker id -> metadata offset of its last heartbeat
@@ -390,7 +380,6 @@ class Controller:
         self._active_epoch = -1  # the Raft epoch this controller became active in, else -1
         self._fence_task: asyncio.Task | None = None
         self._heal_task: asyncio.Task | None = None
-        self.writes = 0
 
     # -- activity -------------------------------------------------------------------------------
 
@@ -430,18 +419,10 @@ class Controller:
 
     async def _bootstrap(self) -> None:
         try:
-            async with self._lock:
-                await self._ensure_bootstrapped()
-        except (_NotActive, TimeoutError, InvalidRecordsError) as exc:
+            async with self.executor.lock:
+                await self.executor.ensure_bootstrapped()
+        except WRITE_ERRORS as exc:
             log.info("bootstrap write not done (%s); the next write retries it", exc or type(exc).__name__)
-
-    async def _ensure_bootstrapped(self) -> None:
-        """Write metadata.version first if the image has none (call with the lock held): every
-        write handler calls this, so no record is written before the level that decides its version."""
-        if not self.publisher.image.features.metadata_version:
-            await self._write([codec.encode_record("FeatureLevelRecord", 0, {
-                "Name": METADATA_VERSION, "FeatureLevel": versions.LATEST})])
-            log.info("bootstrapped metadata.version %s", versions.name(versions.LATEST))
 
     async def _fence_loop(self) -> None:
         interval_s = self.config.fence_check_interval_ms / 1000
@@ -453,7 +434,7 @@ class Controller:
                 continue
             try:
                 await self._fence_expired()
-            except (_NotActive, TimeoutError, InvalidRecordsError) as exc:
+            except WRITE_ERRORS as exc:
                 log.info("fencing check not written (%s)", exc or type(exc).__name__)
 
     async def _heal_loop(self) -> None:
@@ -466,9 +447,9 @@ class Controller:
                     return
                 continue
             try:
-                async with self._lock:
+                async with self.executor.lock:
                     await self._heal()
-            except (_NotActive, TimeoutError, InvalidRecordsError) as exc:
+            except WRITE_ERRORS as exc:
                 log.info("partition healing not written (%s)", exc or type(exc).__name__)
 
     async def _heal(self) -> None:
@@ -488,7 +469,7 @@ class Controller:
         expansions = replication.expansion_changes(image.topics, rows, rules)
         if len(expansions):
             log.info("%d partition(s) take live replicas back into their ISR", len(expansions))
-            await self._write_many(replication.encode_changes(expansions))
+            await self.executor.write_many(replication.encode_changes(expansions))
         if not cfg.auto_leader_rebalance_enable:
             return
         image = self.publisher.image
@@ -499,7 +480,7 @@ class Controller:
         if len(elections):
             log.info("preferred leader election for %d partition(s) of broker(s) %s", len(elections),
                      brokers.tolist())
-            await self._write_many(replication.encode_changes(elections))
+            await self.executor.write_many(replication.encode_changes(elections))
 
     async def _fence_expired(self) -> None:
         now = _now_ms()
@@ -508,7 +489,7 @@ class Controller:
                    if not b.fenced and self._sessions.get(b.broker_id, now) < now]
         if not expired:
             return
-        async with self._lock:
+        async with self.executor.lock:
             # One broker per write, as Kafka's maybeFenceOneStaleBroker: each fencing's elections
             # see the brokers fenced before it.
             for broker_id in expired:
@@ -518,57 +499,8 @@ class Controller:
                 records = self._fence_records(current)
                 log.info("fencing broker %d: its session expired (%d partition change(s))", broker_id,
                          len(records) - 1)
-                await self._write_many(records)
+                await self.executor.write_many(records)
                 self._shutdown_offsets.pop(broker_id, None)
-
-    async def _write(self, records: list[bytes]) -> int:
-        """Propose ``records`` as one proposal (call with the lock held); return once they are in
-        the image. Returns the offset of the first record."""
-        base, _ = await self._write_proposals([records])
-        return base
-
-    async def _write_many(self, records: list[bytes]) -> int:
-        """Write ``records`` in order, split into proposals of at most ``max_records_per_batch``
-        records and the driver's max_batch_bytes (Kafka's non-atomic appendRecords): all are
-        proposed at once, in order, and this returns once the last is in the image. Returns the
-        offset of the last record (with nothing to write: the last offset in the image)."""
-        if not records:
-            return self.publisher.next_offset - 1
-        driver_config = getattr(self.driver, "config", None)
-        max_records = min(self.config.max_records_per_batch,
-                          getattr(driver_config, "max_batch_records", self.config.max_records_per_batch))
-        max_bytes = getattr(driver_config, "max_batch_bytes", 1 << 62)
-        chunks, chunk, size = [], [], 0
-        for value in records:
-            if chunk and (len(chunk) >= max_records or size + len(value) > max_bytes):
-                chunks.append(chunk)
-                chunk, size = [], 0
-            chunk.append(value)
-            size += len(value)
-        if chunk:
-            chunks.append(chunk)
-        _, last = await self._write_proposals(chunks)
-        return last
-
-    async def _write_proposals(self, proposals: list[list[bytes]]) -> tuple[int, int]:
-        """Propose each list as one proposal, in order (call with the lock held); return (first
-        offset, last offset) once all are in the image."""
-        if not self.is_active:
-            raise _NotActive()
-        # never propose what this controller could not replay (validation.py): InvalidRecordsError
-        check_records(self.publisher.image, [v for records in proposals for v in records],
-                      base_offset=self.publisher.next_offset)
-        try:
-            futures = [self.driver.propose(records) for records in proposals]
-        except NotLeaderError:
-            raise _NotActive() from None
-        try:
-            done = await asyncio.wait_for(asyncio.gather(*futures), self.config.write_timeout_ms / 1000)
-        except NotLeaderError:
-            raise _NotActive() from None
-        await self.publisher.wait_applied(done[-1][1])
-        self.writes += len(proposals)
-        return done[0][0], done[-1][1]
 
     # -- partition changes of broker events -------------------------------------------------------
 
@@ -617,7 +549,7 @@ class Controller:
             return refusal(API_CREATE_TOPICS, req, ErrorCode.not_controller, "not the active controller")
         answer = asyncio.get_running_loop().create_future()
         self._create_queue.append((req, answer))
-        async with self._lock:
+        async with self.executor.lock:
             if not answer.done():
                 batch, self._create_queue = self._create_queue, []
                 await self._create_topics_batch(batch)
@@ -626,7 +558,7 @@ class Controller:
     async def _create_topics_batch(self, batch: list[tuple[object, asyncio.Future]]) -> None:
         """Plan, write and answer the queued CreateTopics requests (call with the lock held)."""
         try:
-            await self._ensure_bootstrapped()
+            await self.executor.ensure_bootstrapped()
             image = self.publisher.image
             order = rack_interleaved(image.cluster.live_brokers())
             taken: set[str] = set()  # names planned by earlier requests of this batch
@@ -635,9 +567,9 @@ class Controller:
                          for (req, _), (_, planned) in zip(batch, plans, strict=True)
                          if planned and not req.validate_only]
             if proposals:
-                await self._write_proposals(proposals)
-        except (_NotActive, TimeoutError, InvalidRecordsError) as exc:
-            code, why = _write_failure(exc, "topics")
+                await self.executor.write_proposals(proposals)
+        except WRITE_ERRORS as exc:
+            code, why = write_failure(exc, "topics")
             for req, answer in batch:
                 answer.set_result(refusal(API_CREATE_TOPICS, req, code, why))
             return
@@ -698,43 +630,41 @@ class Controller:
     # -- BrokerRegistration -------------------------------------------------------------------------
 
     async def register_broker(self, req) -> kregister_resp.BrokerRegistrationResponse:
-        if not self.is_active:
-            return _register_response(ErrorCode.not_controller)
-        if self.cluster_id is not None and req.cluster_id != self.cluster_id:
+        if self.cluster_id is not None and req.cluster_id != self.cluster_id and self.is_active:
             return _register_response(ErrorCode.inconsistent_cluster_id)
-        async with self._lock:
-            try:
-                await self._ensure_bootstrapped()
-            except (_NotActive, TimeoutError, InvalidRecordsError) as exc:
-                return _register_response(_write_failure(exc, "registration")[0])
-            image = self.publisher.image
-            level = image.features.metadata_version
-            wanted = {f.name: (f.min_supported_version, f.max_supported_version) for f in req.features}
-            low, high = wanted.get(METADATA_VERSION, (0, 0))
-            if level and not low <= level <= high:
-                return _register_response(ErrorCode.unsupported_version)
-            current = image.cluster.brokers.get(req.broker_id)
-            now = _now_ms()
-            if current is not None and current.incarnation_id != req.incarnation_id \
-                    and self._sessions.get(req.broker_id, 0) >= now and not current.fenced:
-                return _register_response(ErrorCode.duplicate_broker_registration)
-            # a new epoch above every earlier one: the log end offset (see the module docstring)
-            epoch = max(self.driver.log.end_offset(), (current.epoch + 1) if current else 0)
-            record = codec.encode_record("RegisterBrokerRecord", versions.register_broker_record_version(level), {
-                "BrokerId": req.broker_id, "IncarnationId": req.incarnation_id, "BrokerEpoch": epoch,
-                "EndPoints": [{"Name": li.name, "Host": li.host, "Port": li.port,
-                               "SecurityProtocol": li.security_protocol} for li in req.listeners],
-                "Features": [{"Name": f.name, "MinSupportedVersion": f.min_supported_version,
-                              "MaxSupportedVersion": f.max_supported_version} for f in req.features],
-                "Rack": req.rack, "Fenced": True, "InControlledShutdown": False,
-                "LogDirs": list(req.log_dirs)}, allow_loss=True)
-            try:
-                await self._write([record])
-            except (_NotActive, TimeoutError, InvalidRecordsError) as exc:
-                return _register_response(_write_failure(exc, "registration")[0])
+        return await self.executor.run(lambda image: self.plan_broker_registration(image, req),
+                                       refuse=lambda code, _: _register_response(code), what="registration")
+
+    def plan_broker_registration(self, image: MetadataImage, req) -> ControllerResult:
+        """Kafka's ClusterControlManager.registerBroker: a RegisterBrokerRecord (fenced) with an
+        epoch above every earlier one, unless the metadata.version is unsupported or another live
+        incarnation holds the id; once committed the broker's session starts."""
+        level = image.features.metadata_version
+        wanted = {f.name: (f.min_supported_version, f.max_supported_version) for f in req.features}
+        low, high = wanted.get(METADATA_VERSION, (0, 0))
+        if level and not low <= level <= high:
+            return ControllerResult(response=_register_response(ErrorCode.unsupported_version))
+        current = image.cluster.brokers.get(req.broker_id)
+        if current is not None and current.incarnation_id != req.incarnation_id \
+                and self._sessions.get(req.broker_id, 0) >= _now_ms() and not current.fenced:
+            return ControllerResult(response=_register_response(ErrorCode.duplicate_broker_registration))
+        # a new epoch above every earlier one: the log end offset (see the module docstring)
+        epoch = max(self.driver.log.end_offset(), (current.epoch + 1) if current else 0)
+        record = codec.encode_record("RegisterBrokerRecord", versions.register_broker_record_version(level), {
+            "BrokerId": req.broker_id, "IncarnationId": req.incarnation_id, "BrokerEpoch": epoch,
+            "EndPoints": [{"Name": li.name, "Host": li.host, "Port": li.port,
+                           "SecurityProtocol": li.security_protocol} for li in req.listeners],
+            "Features": [{"Name": f.name, "MinSupportedVersion": f.min_supported_version,
+                          "MaxSupportedVersion": f.max_supported_version} for f in req.features],
+            "Rack": req.rack, "Fenced": True, "InControlledShutdown": False,
+            "LogDirs": list(req.log_dirs)}, allow_loss=True)
+
+        def registered(_image) -> kregister_resp.BrokerRegistrationResponse:
             self._sessions[req.broker_id] = _now_ms() + self.config.session_timeout_ms
             self._shutdown_offsets.pop(req.broker_id, None)  # a new incarnation starts afresh
             return _register_response(ErrorCode.none, epoch)
+
+        return ControllerResult([record], after=registered)
 
     # -- BrokerHeartbeat ----------------------------------------------------------------------------
 
@@ -754,7 +684,7 @@ class Controller:
         caught_up = req.current_metadata_offset >= current.epoch
         state, following = self._next_state(current, req)
         if state != following:
-            async with self._lock:
+            async with self.executor.lock:
                 current = self.publisher.image.cluster.brokers.get(req.broker_id)
                 if current is None or current.epoch != req.broker_epoch:
                     return _heartbeat_response(ErrorCode.stale_broker_epoch)
@@ -762,8 +692,8 @@ class Controller:
                 if state != following:
                     try:
                         await self._transition(current, following)
-                    except (_NotActive, TimeoutError, InvalidRecordsError) as exc:
-                        return _heartbeat_response(_write_failure(exc, "state change")[0])
+                    except WRITE_ERRORS as exc:
+                        return _heartbeat_response(write_failure(exc, "state change")[0])
         return _heartbeat_response(ErrorCode.none, caught_up=caught_up, fenced=following in (FENCED, SHUTDOWN_NOW),
                                    shut_down=following == SHUTDOWN_NOW)
 
@@ -813,9 +743,9 @@ class Controller:
         """Write the records that take ``broker`` to state ``following`` (call with the lock held)."""
         bid = broker.broker_id
         if following == UNFENCED:
-            await self._write_many(self._unfence_records(broker))
+            await self.executor.write_many(self._unfence_records(broker))
         elif following == CONTROLLED_SHUTDOWN:
-            last = await self._write_many(self._controlled_shutdown_records(broker))
+            last = await self.executor.write_many(self._controlled_shutdown_records(broker))
             self._shutdown_offsets.setdefault(bid, last)
             log.info("broker %d is in controlled shutdown; done at offset %d", bid, self._shutdown_offsets[bid])
         elif broker.fenced:  # SHUTDOWN_NOW of a fenced broker: Kafka fences it again, a no-op here
@@ -823,33 +753,25 @@ class Controller:
         else:  # FENCED, SHUTDOWN_NOW
             records = self._fence_records(broker)
             log.info("fencing broker %d (%s; %d partition change(s))", bid, following, len(records) - 1)
-            await self._write_many(records)
+            await self.executor.write_many(records)
             self._shutdown_offsets.pop(bid, None)
 
     # -- DeleteTopics ---------------------------------------------------------------------------------
 
     async def delete_topics(self, req) -> kdelete_resp.DeleteTopicsResponse:
-        return await self._per_topic_write(API_DELETE_TOPICS, req, self._delete_topics_locked, "deletions")
+        return await self._per_topic_write(API_DELETE_TOPICS, req, self.plan_delete_topics, "deletions")
 
-    async def _per_topic_write(self, api_key: int, req, locked, what: str):
-        """``locked(req)`` under the write lock, once bootstrapped; when this node is not (or stops
-        being) the active controller, or the write does not commit in time, every topic of the
-        request is answered NOT_CONTROLLER / REQUEST_TIMED_OUT (``what``: the request's writes)."""
-        if not self.is_active:
-            return refusal(api_key, req, ErrorCode.not_controller, "not the active controller")
-        async with self._lock:
-            try:
-                await self._ensure_bootstrapped()
-                return await locked(req)
-            except (_NotActive, TimeoutError, InvalidRecordsError) as exc:
-                code, why = _write_failure(exc, what)
-        return refusal(api_key, req, code, why)
+    async def _per_topic_write(self, api_key: int, req, plan, what: str):
+        """``plan(image, req)`` run by the write executor; a write that cannot happen answers every
+        topic of the request with the executor's error (``what``: the request's writes)."""
+        return await self.executor.run(lambda image: plan(image, req),
+                                       refuse=lambda code, why: refusal(api_key, req, code, why), what=what)
 
-    async def _delete_topics_locked(self, req) -> kdelete_resp.DeleteTopicsResponse:
+    def plan_delete_topics(self, image: MetadataImage, req) -> ControllerResult:
         """Kafka's ControllerApis.deleteTopics + ReplicationControlManager.deleteTopics: one result
         per distinct name or id, in request order; every deletion (a RemoveTopicRecord) in one
         proposal. Ids are resolved before names, so a name whose id is also given is refused."""
-        topics = self.publisher.image.topics
+        topics = image.topics
         slots: list = [None] * len(req.topics)
         first: dict[tuple[str, object], int] = {}
         repeated: set[tuple[str, object]] = set()
@@ -887,24 +809,26 @@ class Controller:
                                         "The provided topic name maps to an ID that was already supplied.")
                 else:
                     doomed[view.topic_id] = (value, i)
-        if doomed:
-            await self._write([codec.encode_record("RemoveTopicRecord", 0, {"TopicId": topic_id})
-                               for topic_id in doomed])
-            log.info("deleted %d topic(s)", len(doomed))
         for topic_id, (name, i) in doomed.items():
             slots[i] = deleted_result(name, topic_id, ErrorCode.none, None)
-        return delete_response([r for r in slots if r is not None])
+        response = delete_response([r for r in slots if r is not None])
+
+        def deleted(_image):
+            log.info("deleted %d topic(s)", len(doomed))
+            return response
+
+        return ControllerResult([codec.encode_record("RemoveTopicRecord", 0, {"TopicId": topic_id})
+                                 for topic_id in doomed], after=deleted)
 
     # -- CreatePartitions -----------------------------------------------------------------------------
 
     async def create_partitions(self, req) -> kpartitions_resp.CreatePartitionsResponse:
-        return await self._per_topic_write(API_CREATE_PARTITIONS, req, self._create_partitions_locked, "partitions")
+        return await self._per_topic_write(API_CREATE_PARTITIONS, req, self.plan_create_partitions, "partitions")
 
-    async def _create_partitions_locked(self, req) -> kpartitions_resp.CreatePartitionsResponse:
+    def plan_create_partitions(self, image: MetadataImage, req) -> ControllerResult:
         """Kafka's ReplicationControlManager.createPartitions: increase only, the new partitions
         placed like CreateTopics' (or as assigned) with the topic's replication factor, ISR = the
         live replicas, leader = the first of them; all topics' records in one proposal."""
-        image = self.publisher.image
         level = image.features.metadata_version or versions.LATEST
         pr_version = versions.partition_record_version(level)
         directories = _directory_lookup(image, level, self.config.assign_default_directories)
@@ -923,9 +847,7 @@ class Controller:
                 results.append(partitions_result(t.name, refusal.code, refusal.message))
                 continue
             results.append(partitions_result(t.name, ErrorCode.none, None))
-        if records and not req.validate_only:
-            await self._write(records)
-        return partitions_response(results)
+        return ControllerResult([] if req.validate_only else records, partitions_response(results))
 
     def _new_partitions(self, t, image: MetadataImage, pr_version: int, directories) -> list[bytes]:
         """The PartitionRecords that take topic ``t.name`` to ``t.count`` partitions; _Refused
@@ -981,24 +903,17 @@ class Controller:
     # -- AlterPartition -------------------------------------------------------------------------------
 
     async def alter_partition(self, req) -> kalter_resp.AlterPartitionResponse:
-        if not self.is_active:
-            return _alter_response(ErrorCode.not_controller, ())
-        async with self._lock:
-            try:
-                await self._ensure_bootstrapped()
-                return await self._alter_partition_locked(req)
-            except (_NotActive, TimeoutError, InvalidRecordsError) as exc:
-                return _alter_response(_write_failure(exc, "changes")[0], ())
+        return await self.executor.run(lambda image: self.plan_alter_partition(image, req),
+                                       refuse=lambda code, _: _alter_response(code, ()), what="partition changes")
 
-    async def _alter_partition_locked(self, req) -> kalter_resp.AlterPartitionResponse:
+    def plan_alter_partition(self, image: MetadataImage, req) -> ControllerResult:
         """Kafka's ReplicationControlManager.alterPartition (v3): the leader asks for a new ISR;
         each partition is validated (``_alter_partition_error``), the change built as Kafka's
         PartitionChangeBuilder would (the leader may move if it is shutting down), and answered
         with the partition's state after the write."""
-        image = self.publisher.image
         broker = image.cluster.brokers.get(req.broker_id)
         if broker is None or broker.epoch != req.broker_epoch:
-            return _alter_response(ErrorCode.stale_broker_epoch, ())
+            return ControllerResult(response=_alter_response(ErrorCode.stale_broker_epoch, ()))
         rules = replication.rules_for(image, default_min_isr=self.config.default_min_isr)
         out, changes, written = [], [], []
         for t in req.topics:
@@ -1020,37 +935,23 @@ class Controller:
                     changes.append(change)
                 written.append((parts, len(parts), topic_id, pd.partition_index, change))
                 parts.append(None)
-        if changes:
-            version = rules.record_version
-            await self._write_many([codec.encode_record("PartitionChangeRecord", version, c) for c in changes])
-        topics = self.publisher.image.topics
-        for parts, at, topic_id, index, change in written:
-            leader = change.get("Leader", NO_LEADER_CHANGE) if change is not None else NO_LEADER_CHANGE
-            if leader not in (NO_LEADER_CHANGE, req.broker_id):
-                parts[at] = _altered_error(index, ErrorCode.new_leader_elected)  # it must learn the new leader
-                continue
-            p = topics.partition_by_id(topic_id, index)
-            parts[at] = kalter_resp.PartitionData(
-                partition_index=i32(index), error_code=ErrorCode.none, leader_id=i32(p.leader),
-                leader_epoch=i32(p.leader_epoch), isr=tuple(i32(b) for b in p.isr),
-                leader_recovery_state=i8(p.leader_recovery_state), partition_epoch=i32(p.partition_epoch))
-        return _alter_response(ErrorCode.none, tuple(
-            kalter_resp.TopicData(topic_id=topic_id, partitions=tuple(parts)) for topic_id, parts in out))
+        records = [codec.encode_record("PartitionChangeRecord", rules.record_version, c) for c in changes]
+        return ControllerResult(records, atomic=False, after=lambda after: _altered(req, out, written, after))
+
 
     # -- ElectLeaders --------------------------------------------------------------------------------
 
     async def elect_leaders(self, req) -> kelect_resp.ElectLeadersResponse:
-        return await self._per_topic_write(API_ELECT_LEADERS, req, self._elect_leaders_locked, "elections")
+        return await self._per_topic_write(API_ELECT_LEADERS, req, self.plan_elect_leaders, "elections")
 
-    async def _elect_leaders_locked(self, req) -> kelect_resp.ElectLeadersResponse:
+    def plan_elect_leaders(self, image: MetadataImage, req) -> ControllerResult:
         """Kafka's ReplicationControlManager.electLeaders: PREFERRED (0) or UNCLEAN (1) per named
         partition (replication.elect_one); with no partitions named, every partition, answering
         only those whose election was needed. Every change in one write."""
-        image = self.publisher.image
         rules = replication.rules_for(image, default_min_isr=self.config.default_min_isr)
         election = int(req.election_type)
         if election not in (replication.PREFERRED, replication.UNCLEAN):
-            return elect_response(ErrorCode.invalid_request, [])
+            return ControllerResult(response=elect_response(ErrorCode.invalid_request, []))
         topics = image.topics
         named = req.topic_partitions is not None
         wanted = [(t.topic, [topics.partition(t.topic, int(p)) or int(p) for p in t.partitions])
@@ -1071,10 +972,14 @@ class Controller:
                     parts.append((part.partition_id, ErrorCode[error], None))
             if parts:
                 results.append((name, parts))
-        if records:
-            await self._write_many(records)
-            log.info("ElectLeaders (%s) moved %d leader(s)", "unclean" if election else "preferred", len(records))
-        return elect_response(ErrorCode.none, results)
+        response = elect_response(ErrorCode.none, results)
+
+        def elected(_image):
+            if records:
+                log.info("ElectLeaders (%s) moved %d leader(s)", "unclean" if election else "preferred", len(records))
+            return response
+
+        return ControllerResult(records, atomic=False, after=elected)
 
     # -- the request table ----------------------------------------------------------------------------
 
@@ -1198,6 +1103,23 @@ def _alter_partition_error(broker_id: int, part, pd, image: MetadataImage) -> Er
 def _altered_error(index: int, code: ErrorCode) -> kalter_resp.PartitionData:
     return kalter_resp.PartitionData(partition_index=i32(index), error_code=code, leader_id=i32(0),
                                      leader_epoch=i32(0), isr=(), partition_epoch=i32(0))
+
+
+def _altered(req, out: list, written: list, image: MetadataImage) -> kalter_resp.AlterPartitionResponse:
+    """AlterPartition's answer, each written partition as it stands in ``image`` after the write."""
+    topics = image.topics
+    for parts, at, topic_id, index, change in written:
+        leader = change.get("Leader", NO_LEADER_CHANGE) if change is not None else NO_LEADER_CHANGE
+        if leader not in (NO_LEADER_CHANGE, req.broker_id):
+            parts[at] = _altered_error(index, ErrorCode.new_leader_elected)  # it must learn the new leader
+            continue
+        p = topics.partition_by_id(topic_id, index)
+        parts[at] = kalter_resp.PartitionData(
+            partition_index=i32(index), error_code=ErrorCode.none, leader_id=i32(p.leader),
+            leader_epoch=i32(p.leader_epoch), isr=tuple(i32(b) for b in p.isr),
+            leader_recovery_state=i8(p.leader_recovery_state), partition_epoch=i32(p.partition_epoch))
+    return _alter_response(ErrorCode.none, tuple(
+        kalter_resp.TopicData(topic_id=topic_id, partitions=tuple(parts)) for topic_id, parts in out))
 
 
 def _alter_response(code: ErrorCode, topics) -> kalter_resp.AlterPartitionResponse:

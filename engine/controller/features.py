@@ -40,7 +40,7 @@ from kio.schema.update_features.v1 import request as kupdate_req
 from kio.schema.update_features.v1 import response as kupdate_resp
 from kio.static.primitive import i16, i64
 
-from kraftlog.engine.controller.validation import InvalidRecordsError
+from kraftlog.engine.controller.writes import ControllerResult
 from kraftlog.engine.image import versions
 from kraftlog.engine.image.image import METADATA_VERSION, MetadataImage
 from kraftlog.engine.records import metadata as codec
@@ -367,41 +367,34 @@ def _updates(req: kupdate_req.UpdateFeaturesRequest) -> list[FeatureUpdate]:
 
 
 async def handle_update_features(controller, req: kupdate_req.UpdateFeaturesRequest) -> kupdate_resp.UpdateFeaturesResponse:
-    """UpdateFeatures v1 on ``controller`` (engine/controller/controller.py's Controller): plan under the
-    write lock against the current image, write the records as one proposal, answer per feature."""
-    from kraftlog.engine.controller.controller import _NotActive  # controller.py imports this module
-
+    """UpdateFeatures v1 on ``controller`` (engine/controller/controller.py's Controller): planned by
+    ``plan_update`` against the current image and written as one proposal by the controller's write
+    executor (writes.py), answered per feature."""
     updates = _updates(req)
     if not updates:
         return _response([], ErrorCode.invalid_request, "the request names no feature to update")
-    if not controller.is_active:
-        return _all_failed(updates, ErrorCode.not_controller, "not the active controller")
-    async with controller._lock:
-        try:
-            await controller._ensure_bootstrapped()
-            image = controller.publisher.image
-            # The image is immutable and the lock holds writers off: plan in a thread so a safe
-            # downgrade's in-memory image write does not stall heartbeats on the loop.
-            results, records = await asyncio.to_thread(
-                plan_update, image, updates, validate_only=bool(req.validate_only),
-                local_supported=getattr(controller, "supported_features", None) or supported_features(),
-                local_id=controller.node_id, quorum=_quorum_of(controller))
-            mv = next((r for r in results if r.feature == METADATA_VERSION and r.ok), None)
-            if records:
-                if mv is not None and mv.losses:
-                    level = next(u.level for u in updates if u.feature == METADATA_VERSION)
-                    log_unsafe_losses(level, mv.losses)
-                await controller._write(records)
-                for u, r in zip(updates, results, strict=True):
-                    if r.ok:
-                        log.info("%s set to %s", u.feature, level_text(u.feature, u.level))
-        except _NotActive:
-            return _all_failed(updates, ErrorCode.not_controller, "lost leadership before the update was committed")
-        except TimeoutError:
-            return _all_failed(updates, ErrorCode.request_timed_out, "the update was not committed in time")
-        except InvalidRecordsError as exc:
-            return _all_failed(updates, ErrorCode.unknown_server_error, f"the update was refused before writing: {exc}")
-    return _response(results)
+
+    async def plan(image) -> ControllerResult:
+        # The image is immutable and the executor's lock holds writers off: plan in a thread so a
+        # safe downgrade's in-memory image write does not stall heartbeats on the loop.
+        results, records = await asyncio.to_thread(
+            plan_update, image, updates, validate_only=bool(req.validate_only),
+            local_supported=getattr(controller, "supported_features", None) or supported_features(),
+            local_id=controller.node_id, quorum=_quorum_of(controller))
+        mv = next((r for r in results if r.feature == METADATA_VERSION and r.ok), None)
+        if records and mv is not None and mv.losses:
+            log_unsafe_losses(next(u.level for u in updates if u.feature == METADATA_VERSION), mv.losses)
+
+        def updated(_image) -> kupdate_resp.UpdateFeaturesResponse:
+            for u, r in zip(updates, results, strict=True):
+                if records and r.ok:
+                    log.info("%s set to %s", u.feature, level_text(u.feature, u.level))
+            return _response(results)
+
+        return ControllerResult(records, after=updated)
+
+    return await controller.executor.run(plan, refuse=lambda code, why: _all_failed(updates, code, why),
+                                         what="feature updates")
 
 
 def _quorum_of(controller) -> tuple[int, ...]:

@@ -29,7 +29,7 @@ from kio.schema.controller_registration.v0 import response as kreg_resp
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, u16
 
-from kraftlog.engine.controller.validation import InvalidRecordsError
+from kraftlog.engine.controller.writes import ControllerResult
 from kraftlog.engine.image import versions
 from kraftlog.engine.image.image import METADATA_VERSION, ControllerRegistration, Endpoint
 from kraftlog.engine.protocol.apis import API_CONTROLLER_REGISTRATION
@@ -55,41 +55,40 @@ def _registration_of(req) -> ControllerRegistration:
 
 
 async def handle_controller_registration(controller, req) -> kreg_resp.ControllerRegistrationResponse:
-    """ControllerRegistration v0 on ``controller`` (controller.py's Controller)."""
-    from kraftlog.engine.controller.controller import _NotActive  # controller.py is imported first
+    """ControllerRegistration v0 on ``controller`` (controller.py's Controller), written by its
+    write executor (writes.py)."""
+    return await controller.executor.run(lambda image: plan_controller_registration(image, req),
+                                         refuse=_response, what="registration")
 
-    if not controller.is_active:
-        return _response(ErrorCode.not_controller, "not the active controller")
-    async with controller._lock:
-        try:
-            await controller._ensure_bootstrapped()
-            image = controller.publisher.image
-            level = image.features.metadata_version
-            if level < versions.CONTROLLER_REGISTRATION:
-                return _response(ErrorCode.unsupported_version, f"metadata.version {versions.name(level)} is below "
-                                 f"{versions.name(versions.CONTROLLER_REGISTRATION)}, the first with controller "
-                                 "registrations")
-            wanted = _registration_of(req)
-            if not wanted.supports(METADATA_VERSION, level):
-                return _response(ErrorCode.unsupported_version, f"controller {wanted.controller_id} does not support "
-                                 f"the finalized metadata.version {versions.name(level)}")
-            if image.cluster.controllers.get(wanted.controller_id) == wanted:
-                return _response(ErrorCode.none)
-            await controller._write([codec.encode_record("RegisterControllerRecord", 0, {
-                "ControllerId": wanted.controller_id, "IncarnationId": wanted.incarnation_id,
-                "ZkMigrationReady": wanted.zk_migration_ready,
-                "EndPoints": [{"Name": e.name, "Host": e.host, "Port": e.port, "SecurityProtocol": e.security_protocol}
-                              for e in wanted.endpoints],
-                "Features": [{"Name": n, "MinSupportedVersion": lo, "MaxSupportedVersion": hi}
-                             for n, lo, hi in wanted.supported_features]})])
-            log.info("registered controller %d (incarnation %s)", wanted.controller_id, wanted.incarnation_id)
-        except _NotActive:
-            return _response(ErrorCode.not_controller, "lost leadership before the registration was committed")
-        except TimeoutError:
-            return _response(ErrorCode.request_timed_out, "the registration was not committed in time")
-        except InvalidRecordsError as exc:
-            return _response(ErrorCode.unknown_server_error, f"the registration was refused before writing: {exc}")
-    return _response(ErrorCode.none)
+
+def plan_controller_registration(image, req) -> ControllerResult:
+    """Kafka's ClusterControlManager.registerController: a RegisterControllerRecord unless the
+    metadata.version predates controller registrations or the controller cannot run at it; nothing
+    when the image already holds this very registration."""
+    level = image.features.metadata_version
+    if level < versions.CONTROLLER_REGISTRATION:
+        return ControllerResult(response=_response(
+            ErrorCode.unsupported_version, f"metadata.version {versions.name(level)} is below "
+            f"{versions.name(versions.CONTROLLER_REGISTRATION)}, the first with controller registrations"))
+    wanted = _registration_of(req)
+    if not wanted.supports(METADATA_VERSION, level):
+        return ControllerResult(response=_response(ErrorCode.unsupported_version, f"controller {wanted.controller_id} "
+                                                   f"does not support the finalized metadata.version {versions.name(level)}"))
+    if image.cluster.controllers.get(wanted.controller_id) == wanted:
+        return ControllerResult(response=_response(ErrorCode.none))
+    record = codec.encode_record("RegisterControllerRecord", 0, {
+        "ControllerId": wanted.controller_id, "IncarnationId": wanted.incarnation_id,
+        "ZkMigrationReady": wanted.zk_migration_ready,
+        "EndPoints": [{"Name": e.name, "Host": e.host, "Port": e.port, "SecurityProtocol": e.security_protocol}
+                      for e in wanted.endpoints],
+        "Features": [{"Name": n, "MinSupportedVersion": lo, "MaxSupportedVersion": hi}
+                     for n, lo, hi in wanted.supported_features]})
+
+    def registered(_image) -> kreg_resp.ControllerRegistrationResponse:
+        log.info("registered controller %d (incarnation %s)", wanted.controller_id, wanted.incarnation_id)
+        return _response(ErrorCode.none)
+
+    return ControllerResult([record], after=registered)
 
 
 class ControllerRegistrar:
