@@ -9,9 +9,9 @@ BUILD_STAMP := $(VENV)/.native-built
 NATIVE_SOURCES := $(wildcard csrc/*.pyx csrc/*.pxd csrc/*.h) $(filter-out csrc/_%.c,$(wildcard csrc/*.c))
 PYTEST := $(PY) -m pytest
 
-.PHONY: install demo test test-native test-twins lint bench sim clean
+.PHONY: install etcd demo test test-native test-twins lint bench sim clean
 
-install: $(BUILD_STAMP)
+install: $(BUILD_STAMP) etcd
 
 # Third-party packages: only when pyproject.toml changes.
 $(DEPS_STAMP): pyproject.toml
@@ -24,6 +24,25 @@ $(DEPS_STAMP): pyproject.toml
 $(BUILD_STAMP): $(DEPS_STAMP) setup.py $(NATIVE_SOURCES)
 	$(PIP) install -q --no-build-isolation --no-deps -e .
 	touch $@
+
+# etcd, the peer of the raft.*_vs_etcd bench rows (bench/rows_etcd.py looks in .venv/bin, then PATH).
+# Where etcd is missing and apt-get exists: Debian's etcd-server package, downloaded (no root needed)
+# and only its binary unpacked into .venv/bin, so no system service is installed or started. Best
+# effort: without apt, the package or a network, the rows say "etcd not installed" and install goes on.
+ETCD := $(VENV)/bin/etcd
+APT_GET_QUIET := apt-get -qq -o Acquire::Retries=0 -o Acquire::http::Timeout=20
+
+etcd: $(DEPS_STAMP)
+	@if command -v etcd >/dev/null 2>&1 || test -x $(ETCD) || ! command -v apt-get >/dev/null 2>&1; then exit 0; fi; \
+	tmp=$$(mktemp -d); \
+	fetch() { (cd $$tmp && $(APT_GET_QUIET) download etcd-server >/dev/null 2>&1); }; \
+	if fetch || { test "$$(id -u)" = 0 && $(APT_GET_QUIET) update >/dev/null 2>&1 && fetch; }; then \
+		dpkg-deb -x $$tmp/etcd-server_*.deb $$tmp/root && install -m 755 $$tmp/root/usr/bin/etcd $(ETCD) \
+		&& echo "installed etcd (Debian etcd-server) as $(ETCD), the peer of the etcd bench rows"; \
+	else \
+		echo "etcd not installed (apt-get download etcd-server failed): the etcd bench rows will say so"; \
+	fi; \
+	rm -rf $$tmp
 
 demo: install
 	$(VENV)/bin/kraftlog demo

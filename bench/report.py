@@ -153,7 +153,8 @@ def markdown(report: dict) -> str:
     for r in report["rows"]:
         scale = r.get("scale")
         name = r["name"] + (f" (scale {scale:,})" if isinstance(scale, int) else f" (scale {scale})" if scale else "")
-        met = "ERROR: " + r["error"] if r.get("error") else _fmt(r["met"])
+        met = "ERROR: " + r["error"] if r.get("error") else "skipped: " + r["skipped"] if r.get("skipped") \
+            else _fmt(r["met"])
         ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"
         lines.append(f"| {name} | {_fmt(r['value'])} | {_fmt(r['spread'])} | {r['unit'] or '-'} | "
                      f"{r['peer'] or '-'} | {_fmt(r['peer_value'])} | {ratio} | {r['goal'] or '-'} | {met} |")

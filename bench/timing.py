@@ -3,7 +3,8 @@
 Row modules (bench/rows_<area>.py) expose ROWS = {"row.name": fn} where fn(quick: bool) returns a
 dict of the results.json row contract:
     {"name", "unit", "value", "spread", "peer", "peer_value", "ratio", "goal", "met"}
-with optional "scale" (when --quick runs a row at a smaller size) and "notes".
+with optional "scale" (when --quick runs a row at a smaller size), "notes", and "skipped" (why a row
+could not measure, e.g. its peer is not installed: reported as such, value None, not a failure).
 value/peer_value are medians; ratio is ours over the peer's in the direction where higher is
 better; met is the goal checked on this run.
 """
