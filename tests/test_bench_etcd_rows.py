@@ -73,7 +73,7 @@ def test_rounds_alternate_and_tally_every_write():
     assert log == ["a", "b", "a", "b", "b", "a", "a", "b"]
     assert tallies["a"].writes == tallies["b"].writes == 30
     assert tallies["a"].percentile_ms(50) == 1.0 and tallies["b"].percentile_ms(99) == 2.0
-    assert tallies["a"].cpu_s >= 0
+    assert tallies["a"].cpu_s >= 0 and len(tallies["b"].round_cpu_per_commit_ms) == 3
 
 
 @needs_etcd
@@ -91,6 +91,7 @@ def test_sequential_rows_beside_a_real_etcd():
     assert cpu["value"] > 0 and cpu["peer_value"] > 0
     assert cpu["ratio"] == pytest.approx(cpu["peer_value"] / cpu["value"])
     assert cpu["value"] == pytest.approx(cpu["cpu_s"] / cpu["commits"] * 1000)
+    assert cpu["rounds_ms"] == [pytest.approx(cpu["value"])] and cpu["spread"] == 0
 
 
 @needs_etcd
