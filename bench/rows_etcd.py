@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from kraftlog.bench.rows_raft import BATCH_RECORDS, PAYLOAD_BYTES, WINDOW, NodeCluster, _percentile
-from kraftlog.bench.timing import row
+from kraftlog.bench.rows_raft import BATCH_RECORDS, PAYLOAD_BYTES, WINDOW, NodeCluster
+from kraftlog.bench.timing import percentile, row
 
 ETCD_NOT_INSTALLED = "etcd not installed"
 ETCD_NODES = 3
@@ -333,7 +333,7 @@ class Tally:
         self.round_cpu_per_commit_ms.append(cpu_s / len(latencies_ms) * 1000)
 
     def percentile_ms(self, p: float) -> float:
-        return _percentile(sorted(self.latencies_ms), p)
+        return percentile(sorted(self.latencies_ms), p)
 
     @property
     def cpu_per_commit_ms(self) -> float:
@@ -377,7 +377,8 @@ def sequential_tallies(binary: str, plan: SequentialPlan) -> dict[str, Tally]:
     try:
         ours = NodeCluster()
         try:
-            sides = [EtcdSide(etcd), KraftlogSide(ours)]
+            sides.append(EtcdSide(etcd))
+            sides.append(KraftlogSide(ours))
             return alternate_rounds(sides, plan.rounds, plan.writes_per_round, plan.warmup)
         finally:
             for side in sides:
@@ -409,7 +410,7 @@ async def _http_client(host: str, port: int, path: str, bodies: list[bytes], dea
     loop = asyncio.get_running_loop()
     done = 0
     try:
-        while loop.time() < deadline:
+        while done == 0 or loop.time() < deadline:  # at least one answer, however slow the start
             writer.write(requests[done % len(requests)])
             head = await reader.readuntil(b"\r\n\r\n")
             body = await _read_body(reader, head)

@@ -36,7 +36,7 @@ import tempfile
 import textwrap
 import time
 
-from kraftlog.bench.timing import row
+from kraftlog.bench.timing import percentile, row
 from kraftlog.engine.node.localcluster import LocalCluster
 
 PAYLOAD_BYTES = 100
@@ -115,11 +115,6 @@ def commit_latencies(quick: bool) -> list[float]:
         finally:
             cluster.close()
     return _CACHE[key]
-
-
-def _percentile(sorted_ms: list[float], p: float) -> float:
-    i = min(len(sorted_ms) - 1, max(0, round(p / 100 * (len(sorted_ms) - 1))))
-    return sorted_ms[i]
 
 
 async def _throughput(voters, seconds: float) -> tuple[float, int]:
@@ -261,8 +256,8 @@ def failover_seconds(quick: bool) -> list[float]:
 
 def commit_p50(quick: bool) -> dict:
     lat = commit_latencies(quick)
-    p50 = _percentile(lat, 50)
-    return row("raft.commit_p50_ms", "ms", p50, _percentile(lat, 75) - _percentile(lat, 25), peer=None,
+    p50 = percentile(lat, 50)
+    return row("raft.commit_p50_ms", "ms", p50, percentile(lat, 75) - percentile(lat, 25), peer=None,
                peer_value=None, higher_is_better=False, goal="<= 1 ms", met=p50 <= 1.0,
                fsync_p50_ms=fsync_p50_ms(), samples=len(lat),
                notes="3 voters, fsync on; the commit needs the leader's and one follower's fsync (overlapped)")
@@ -270,8 +265,8 @@ def commit_p50(quick: bool) -> dict:
 
 def commit_p99(quick: bool) -> dict:
     lat = commit_latencies(quick)
-    p99 = _percentile(lat, 99)
-    return row("raft.commit_p99_ms", "ms", p99, _percentile(lat, 99.9) - _percentile(lat, 90), peer=None,
+    p99 = percentile(lat, 99)
+    return row("raft.commit_p99_ms", "ms", p99, percentile(lat, 99.9) - percentile(lat, 90), peer=None,
                peer_value=None, higher_is_better=False, goal="<= 5 ms", met=p99 <= 5.0,
                fsync_p50_ms=fsync_p50_ms(), samples=len(lat))
 
@@ -302,7 +297,7 @@ def latency_chart(quick: bool) -> dict:
     lat = commit_latencies(quick)
     points = [0, 10, 25, 50, 75, 90, 95, 99, 99.9, 100]
     return {"title": "raft commit latency, 3 voters, fsync on (one writer)", "xlabel": "percentile",
-            "ylabel": "ms", "series": {"kraftlog": [[p, _percentile(lat, p)] for p in points]}, "log_x": False}
+            "ylabel": "ms", "series": {"kraftlog": [[p, percentile(lat, p)] for p in points]}, "log_x": False}
 
 
 ROWS = {

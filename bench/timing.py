@@ -48,3 +48,9 @@ def row(name: str, unit: str, value: float, spread: float, *, peer: str | None, 
         ratio = value / peer_value if higher_is_better else peer_value / value
     return {"name": name, "unit": unit, "value": value, "spread": spread, "peer": peer,
             "peer_value": peer_value, "ratio": ratio, "goal": goal, "met": bool(met), **extra}
+
+
+def percentile(sorted_values: list[float], p: float) -> float:
+    """The sample at percentile ``p`` (0-100) of an ascending list: nearest rank, no interpolation."""
+    i = min(len(sorted_values) - 1, max(0, round(p / 100 * (len(sorted_values) - 1))))
+    return sorted_values[i]
