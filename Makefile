@@ -5,13 +5,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 DEPS_STAMP := $(VENV)/.deps-installed
+ETCD_STAMP := $(VENV)/.etcd-tried
 BUILD_STAMP := $(VENV)/.native-built
 NATIVE_SOURCES := $(wildcard csrc/*.pyx csrc/*.pxd csrc/*.h) $(filter-out csrc/_%.c,$(wildcard csrc/*.c))
 PYTEST := $(PY) -m pytest
 
 .PHONY: install etcd demo test test-native test-twins lint bench sim clean
 
-install: $(BUILD_STAMP) etcd
+install: $(BUILD_STAMP) $(ETCD_STAMP)
 
 # Third-party packages: only when pyproject.toml changes.
 $(DEPS_STAMP): pyproject.toml
@@ -29,8 +30,14 @@ $(BUILD_STAMP): $(DEPS_STAMP) setup.py $(NATIVE_SOURCES)
 # Where etcd is missing and apt-get exists: Debian's etcd-server package, downloaded (no root needed)
 # and only its binary unpacked into .venv/bin, so no system service is installed or started. Best
 # effort: without apt, the package or a network, the rows say "etcd not installed" and install goes on.
+# Tried once per .venv (the stamp), so a machine without a network does not wait on apt at every
+# make; `make etcd` tries again.
 ETCD := $(VENV)/bin/etcd
 APT_GET_QUIET := apt-get -qq -o Acquire::Retries=0 -o Acquire::http::Timeout=20
+
+$(ETCD_STAMP): $(DEPS_STAMP)
+	@$(MAKE) --no-print-directory etcd
+	@touch $@
 
 etcd: $(DEPS_STAMP)
 	@if command -v etcd >/dev/null 2>&1 || test -x $(ETCD) || ! command -v apt-get >/dev/null 2>&1; then exit 0; fi; \
