@@ -5,19 +5,24 @@ voters, fsync on (etcd's default; raftnode fsyncs every flush the protocol asks 
 
     raft.commit_p50_vs_etcd     commit p50 with one write in flight: kraftlog's
                                 ``RaftClient.propose`` (Produce acks=-1 to the leader) against
-                                etcd's v3 JSON gateway (``POST /v3/kv/put`` on one keep-alive HTTP
-                                connection to the leader's client URL). Ratio etcd / kraftlog
-                                (higher is better); both p50s and p99s in the row.
+                                etcd's ``KV.Put`` over gRPC (one channel to the leader: one HTTP/2
+                                connection). Ratio etcd / kraftlog (higher is better); both p50s
+                                and p99s in the row, and etcd's v3 JSON gateway (``POST
+                                /v3/kv/put``, one keep-alive HTTP connection) measured beside.
     raft.cpu_per_commit_vs_etcd CPU seconds (user + sys, psutil) of all three node processes and
-                                their children per commit, over the same rounds. Ratio etcd /
-                                kraftlog. etcd's figure includes its JSON gateway.
+                                their children per commit, over the same rounds. Ratio etcd (gRPC)
+                                / kraftlog; the gateway's figure beside.
     raft.throughput_vs_etcd     committed records/s with batching: kraftlog's pipelined Produce
                                 (rows_raft's BATCH_RECORDS records per request, WINDOW in flight)
-                                against etcd's better of two ways through the gateway: many
-                                connections each with one put in flight, and many connections each
-                                with one Txn of ETCD_TXN_PUTS puts in flight (etcd's batch: one
-                                Raft entry; --max-txn-ops raised to our batch size). Ratio
-                                kraftlog / etcd.
+                                against etcd's best of ETCD_LOADS: many concurrent gRPC puts, and
+                                many concurrent Txns of ETCD_TXN_PUTS puts (etcd's batch: one Raft
+                                entry; --max-txn-ops raised to our batch size) over gRPC and over
+                                the gateway. Ratio kraftlog / etcd.
+
+gRPC is etcd's own API and the faster one here (p50 ~15% lower, ~20% less etcd CPU per commit,
+~3x the batched rate of the gateway, whose JSON and in-process gRPC hop etcd pays for); it is
+driven through grpcio's generic calls with the few protobuf messages encoded by hand (no etcd
+client package: the ones on PyPI are unmaintained).
 
 Without an ``etcd`` binary (in .venv/bin, where the Makefile unpacks Debian's ``etcd-server``, or
 on PATH) each row is reported as skipped ("etcd not installed"): not a failure, and never left out.
@@ -56,11 +61,13 @@ ETCD_REQUEST_TIMEOUT_S = 60
 # etcd's batch is a Txn (one Raft entry). It refuses more than --max-txn-ops (128 by default) puts
 # in one; the throughput cluster raises that to our batch size, so both sides batch alike.
 ETCD_TXN_PUTS = BATCH_RECORDS
-# concurrent clients, each with one request in flight: the most that still helped etcd here (2 cores,
-# loaded: 16 -> 64 -> 128 single-put connections gave 1.6k, 2.9k, 3.8k puts/s; 4 -> 16 Txn connections
-# 20k -> 24k records/s); the Python client used ~0.2 of a core at the most, so etcd is the limit
-ETCD_PUT_CONNECTIONS = 128
-ETCD_TXN_CONNECTIONS = 16
+# concurrent calls, each with one request in flight: the most that still helped etcd here (2 cores,
+# loaded: gRPC puts 64 -> 128 -> 256 calls gave 4.8k, 5.5k, 6.2k puts/s; Txns 4 -> 16 calls 56k ->
+# 67k records/s; the gateway's single puts topped out at 3.8k with 128 connections, its Txns at 24k);
+# the Python client used ~0.2-0.3 of a core, so etcd is the limit
+ETCD_PUT_CALLS = 256
+ETCD_TXN_CALLS = 16
+ETCD_GRPC_CHANNELS = 4  # HTTP/2 connections the gRPC calls share
 DISTINCT_KEYS = 1000  # sequential writes cycle over this many keys (a log of distinct entries)
 PROPOSE_TIMEOUT_MS = 20_000
 THROUGHPUT_BATCHES = WINDOW * 4  # Produce requests per pipelined call (as rows_raft does)
@@ -246,13 +253,107 @@ def txn_body(keys: list[bytes], value: bytes) -> bytes:
     return json.dumps({"compare": [], "success": puts, "failure": []}).encode()
 
 
+# etcd's gRPC messages (api/etcdserverpb/rpc.proto), encoded by hand: every field used is bytes or
+# a message, i.e. wire type 2 (tag = field << 3 | 2, varint length, data).
+#   PutRequest { bytes key = 1; bytes value = 2; }
+#   RequestOp  { oneof request { RangeRequest request_range = 1; PutRequest request_put = 2; ... } }
+#   TxnRequest { repeated Compare compare = 1; repeated RequestOp success = 2; ... }
+#   TxnResponse { ResponseHeader header = 1; bool succeeded = 2; ... }
+GRPC_PUT = "/etcdserverpb.KV/Put"
+GRPC_TXN = "/etcdserverpb.KV/Txn"
+
+
+def grpc_target(address: tuple[str, int]) -> str:
+    return f"{address[0]}:{address[1]}"
+
+
+def _pb_varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _pb_field(number: int, data: bytes) -> bytes:
+    return _pb_varint(number << 3 | 2) + _pb_varint(len(data)) + data
+
+
+def pb_put(key: bytes, value: bytes) -> bytes:
+    return _pb_field(1, key) + _pb_field(2, value)
+
+
+def pb_txn(keys: list[bytes], value: bytes) -> bytes:
+    """A TxnRequest with no compare and a put per key in ``success``."""
+    return b"".join(_pb_field(2, _pb_field(2, pb_put(k, value))) for k in keys)
+
+
+def pb_txn_succeeded(response: bytes) -> bool:
+    """TxnResponse.succeeded (field 2, varint), after the length-delimited header (field 1)."""
+    at = 0
+    while at < len(response):
+        tag, at = _pb_read_varint(response, at)
+        if tag == 2 << 3:  # succeeded, wire type 0
+            value, _ = _pb_read_varint(response, at)
+            return value == 1
+        if tag & 7 != 2:
+            return False
+        length, at = _pb_read_varint(response, at)
+        at += length
+    return False
+
+
+def _pb_read_varint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+
+
 # ---- the two sides of a sequential round ------------------------------------------------------------------
 
 
-class EtcdSide:
-    """etcd's sequential writer: one keep-alive HTTP connection to the leader's gateway."""
+class EtcdGrpcSide:
+    """etcd's sequential writer: ``KV.Put`` on one gRPC channel to the leader."""
 
     name = "etcd"
+
+    def __init__(self, cluster: EtcdCluster):
+        import grpc
+
+        self.cluster = cluster
+        self.channel = grpc.insecure_channel(grpc_target(cluster.leader_address))
+        self.put = self.channel.unary_unary(GRPC_PUT)  # no serializers: bytes in, bytes out
+        value = b"v" * PAYLOAD_BYTES
+        self.bodies = [pb_put(b"bench/%04d" % k, value) for k in range(DISTINCT_KEYS)]
+
+    @property
+    def pids(self) -> list[int]:
+        return self.cluster.pids
+
+    def sequential(self, count: int) -> list[float]:
+        """``count`` puts, each answered before the next is sent: latencies in ms (a failed
+        put raises grpc.RpcError)."""
+        out = []
+        for i in range(count):
+            started = time.perf_counter()
+            self.put(self.bodies[i % DISTINCT_KEYS], timeout=ETCD_REQUEST_TIMEOUT_S)
+            out.append((time.perf_counter() - started) * 1000)
+        return out
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+class EtcdGatewaySide:
+    """etcd's sequential writer through its v3 JSON gateway: one keep-alive HTTP connection."""
+
+    name = "etcd-gateway"
 
     def __init__(self, cluster: EtcdCluster):
         self.cluster = cluster
@@ -377,7 +478,8 @@ def sequential_tallies(binary: str, plan: SequentialPlan) -> dict[str, Tally]:
     try:
         ours = NodeCluster()
         try:
-            sides.append(EtcdSide(etcd))
+            sides.append(EtcdGrpcSide(etcd))
+            sides.append(EtcdGatewaySide(etcd))
             sides.append(KraftlogSide(ours))
             return alternate_rounds(sides, plan.rounds, plan.writes_per_round, plan.warmup)
         finally:
@@ -439,43 +541,79 @@ async def _read_body(reader: asyncio.StreamReader, head: bytes) -> bytes:
         chunks.append(chunk[:-2])
 
 
+async def _grpc_client(call, bodies: list[bytes], deadline: float, records_per_request: int, txn: bool) -> int:
+    """One gRPC call in flight at a time on a shared channel, until ``deadline`` (loop time): the
+    records it had committed (a failed call raises grpc.RpcError)."""
+    loop = asyncio.get_running_loop()
+    done = 0
+    while done == 0 or loop.time() < deadline:  # at least one answer, however slow the start
+        answer = await call(bodies[done % len(bodies)], timeout=ETCD_REQUEST_TIMEOUT_S)
+        if txn and not pb_txn_succeeded(answer):
+            raise RuntimeError("an etcd Txn without compares did not succeed")
+        done += 1
+    return done * records_per_request
+
+
 @dataclass(frozen=True)
 class EtcdLoad:
-    """One way of loading etcd: ``connections`` clients, each with one request in flight."""
+    """One way of loading etcd: ``calls`` concurrent clients, each with one request in flight."""
 
     label: str
-    path: str
-    connections: int
+    api: str  # "grpc" (method is the gRPC path) or "gateway" (method is the HTTP path)
+    method: str
+    calls: int
     records_per_request: int
-    bodies_per_connection: Callable[[int], list[bytes]]
+    bodies_per_call: Callable[[int], list[bytes]]
 
 
-def _put_bodies(conn_index: int) -> list[bytes]:
-    value = b"t" * PAYLOAD_BYTES
-    return [put_body(b"tp/%03d/%03d" % (conn_index, k), value) for k in range(100)]
+def _keys(prefix: str, call: int, request: int, n: int) -> list[bytes]:
+    """Keys that differ within a request (etcd refuses a Txn that puts one key twice)."""
+    return [f"{prefix}/{call:03d}/{request}/{j:04d}".encode() for j in range(n)]
 
 
-def _txn_bodies(conn_index: int) -> list[bytes]:
-    value = b"t" * PAYLOAD_BYTES
-    return [txn_body([b"tt/%03d/%d/%04d" % (conn_index, k, j) for j in range(ETCD_TXN_PUTS)], value)
-            for k in range(3)]
+def _grpc_put_bodies(call: int) -> list[bytes]:
+    return [pb_put(k, b"t" * PAYLOAD_BYTES) for k in _keys("gp", call, 0, 100)]
+
+
+def _grpc_txn_bodies(call: int) -> list[bytes]:
+    return [pb_txn(_keys("gt", call, r, ETCD_TXN_PUTS), b"t" * PAYLOAD_BYTES) for r in range(3)]
+
+
+def _gateway_txn_bodies(call: int) -> list[bytes]:
+    return [txn_body(_keys("ht", call, r, ETCD_TXN_PUTS), b"t" * PAYLOAD_BYTES) for r in range(3)]
 
 
 ETCD_LOADS = (
-    EtcdLoad(f"{ETCD_PUT_CONNECTIONS} connections x 1 put", "/v3/kv/put", ETCD_PUT_CONNECTIONS, 1, _put_bodies),
-    EtcdLoad(f"{ETCD_TXN_CONNECTIONS} connections x 1 txn of {ETCD_TXN_PUTS} puts", "/v3/kv/txn",
-             ETCD_TXN_CONNECTIONS, ETCD_TXN_PUTS, _txn_bodies),
+    EtcdLoad(f"gRPC, {ETCD_PUT_CALLS} concurrent puts", "grpc", GRPC_PUT, ETCD_PUT_CALLS, 1, _grpc_put_bodies),
+    EtcdLoad(f"gRPC, {ETCD_TXN_CALLS} concurrent Txns of {ETCD_TXN_PUTS} puts", "grpc", GRPC_TXN, ETCD_TXN_CALLS,
+             ETCD_TXN_PUTS, _grpc_txn_bodies),
+    EtcdLoad(f"JSON gateway, {ETCD_TXN_CALLS} connections each with a Txn of {ETCD_TXN_PUTS} puts", "gateway",
+             "/v3/kv/txn", ETCD_TXN_CALLS, ETCD_TXN_PUTS, _gateway_txn_bodies),
 )
 
 
 async def etcd_rate(address: tuple[str, int], load: EtcdLoad, seconds: float) -> float:
     """Records/s committed by ``load`` over ``seconds``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-    started = time.perf_counter()
-    counts = await asyncio.gather(*(_http_client(*address, load.path, load.bodies_per_connection(i), deadline,
-                                                 load.records_per_request) for i in range(load.connections)))
-    return sum(counts) / (time.perf_counter() - started)
+    import grpc
+
+    bodies = [load.bodies_per_call(i) for i in range(load.calls)]  # built before the clock starts
+    channels = [grpc.aio.insecure_channel(grpc_target(address)) for _ in range(ETCD_GRPC_CHANNELS)] \
+        if load.api == "grpc" else []
+    deadline = asyncio.get_running_loop().time() + seconds
+    try:
+        if channels:
+            calls = [ch.unary_unary(load.method) for ch in channels]
+            clients = [_grpc_client(calls[i % len(calls)], bodies[i], deadline, load.records_per_request,
+                                    load.method == GRPC_TXN) for i in range(load.calls)]
+        else:
+            clients = [_http_client(*address, load.method, bodies[i], deadline, load.records_per_request)
+                       for i in range(load.calls)]
+        started = time.perf_counter()
+        counts = await asyncio.gather(*clients)
+        return sum(counts) / (time.perf_counter() - started)
+    finally:
+        for ch in channels:
+            await ch.close()
 
 
 async def kraftlog_rate(client, seconds: float) -> float:
@@ -538,35 +676,42 @@ def _peer(binary: str, how: str) -> str:
     return f"etcd {etcd_version(binary)}, 3 nodes, {how}"
 
 
+def _sides(tallies: dict[str, Tally]) -> tuple[Tally, Tally, Tally]:
+    return tallies[KraftlogSide.name], tallies[EtcdGrpcSide.name], tallies[EtcdGatewaySide.name]
+
+
 def commit_p50_row(tallies: dict[str, Tally], peer: str) -> dict:
-    ours, etcd = tallies["kraftlog"], tallies["etcd"]
+    ours, etcd, gateway = _sides(tallies)
     p50, etcd_p50 = ours.percentile_ms(50), etcd.percentile_ms(50)
     p99, etcd_p99 = ours.percentile_ms(99), etcd.percentile_ms(99)
     return row("raft.commit_p50_vs_etcd", "ms", p50, ours.percentile_ms(75) - ours.percentile_ms(25),
                peer=peer, peer_value=etcd_p50, higher_is_better=False, goal="<= 1.0x etcd's p50 (ratio >= 1)",
                met=p50 <= etcd_p50, p99_ms=p99, etcd_p99_ms=etcd_p99, p99_ratio=etcd_p99 / p99,
                p99_met=p99 <= 1.5 * etcd_p99, samples=ours.writes, etcd_samples=etcd.writes,
+               gateway_p50_ms=gateway.percentile_ms(50), gateway_p99_ms=gateway.percentile_ms(99),
                notes="one client, one 100-byte write in flight, fsync on, alternating rounds; ratio = etcd p50 / "
-                     "kraftlog p50, the report's higher-is-better direction (p99 goal: <= 1.5x etcd's)")
+                     "kraftlog p50, the report's higher-is-better direction (p99 goal: <= 1.5x etcd's); "
+                     "gateway_*: etcd through its JSON gateway, one keep-alive HTTP connection")
 
 
 def cpu_row(tallies: dict[str, Tally], peer: str) -> dict:
-    ours, etcd = tallies["kraftlog"], tallies["etcd"]
+    ours, etcd, gateway = _sides(tallies)
     spread = max(ours.round_cpu_per_commit_ms) - min(ours.round_cpu_per_commit_ms)
     return row("raft.cpu_per_commit_vs_etcd", "ms CPU/commit", ours.cpu_per_commit_ms, spread, peer=peer,
                peer_value=etcd.cpu_per_commit_ms, higher_is_better=False, goal="<= 1.0x etcd's (ratio >= 1)",
                met=ours.cpu_per_commit_ms <= etcd.cpu_per_commit_ms, cpu_s=ours.cpu_s, etcd_cpu_s=etcd.cpu_s,
                commits=ours.writes, etcd_commits=etcd.writes,
                rounds_ms=ours.round_cpu_per_commit_ms, etcd_rounds_ms=etcd.round_cpu_per_commit_ms,
+               gateway_cpu_per_commit_ms=gateway.cpu_per_commit_ms,
                notes="user + sys of the three node processes (and children) over the sequential rounds; "
-                     "etcd's includes its JSON gateway")
+                     "gateway_*: etcd's through its JSON gateway")
 
 
 def throughput_row(result: ThroughputResult, peer_binary: str, *, scale: str | None) -> dict:
     ours = statistics.median(result.ours)
     label, etcd = result.etcd_best()
     return row("raft.throughput_vs_etcd", "records/s", ours, max(result.ours) - min(result.ours),
-               peer=_peer(peer_binary, f"v3 JSON gateway, {label}"), peer_value=etcd, higher_is_better=True,
+               peer=_peer(peer_binary, label), peer_value=etcd, higher_is_better=True,
                goal=">= 2x etcd", met=ours >= 2 * etcd, scale=scale,
                etcd_by_load={k: statistics.median(v) for k, v in result.etcd.items()}, rounds=len(result.ours),
                notes=f"kraftlog: pipelined Produce, {BATCH_RECORDS} x {PAYLOAD_BYTES}-byte records per request, "
@@ -577,15 +722,14 @@ def commit_p50_vs_etcd(quick: bool) -> dict:
     binary = etcd_binary()
     if binary is None:
         return skipped_row("raft.commit_p50_vs_etcd", "ms", "<= 1.0x etcd's p50")
-    return commit_p50_row(cached_sequential(quick, binary),
-                          _peer(binary, "v3 JSON gateway /v3/kv/put, one keep-alive connection"))
+    return commit_p50_row(cached_sequential(quick, binary), _peer(binary, "gRPC KV.Put on one channel"))
 
 
 def cpu_per_commit_vs_etcd(quick: bool) -> dict:
     binary = etcd_binary()
     if binary is None:
         return skipped_row("raft.cpu_per_commit_vs_etcd", "ms CPU/commit", "<= 1.0x etcd's")
-    return cpu_row(cached_sequential(quick, binary), _peer(binary, "v3 JSON gateway"))
+    return cpu_row(cached_sequential(quick, binary), _peer(binary, "gRPC KV.Put"))
 
 
 def throughput_vs_etcd(quick: bool) -> dict:

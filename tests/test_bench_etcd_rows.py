@@ -54,6 +54,20 @@ def test_without_etcd_every_row_says_so(tmp_path, monkeypatch):
     assert md.count("skipped: etcd not installed") == len(ROW_NAMES)
 
 
+def test_grpc_messages_are_etcds_protobuf_encoding():
+    """PutRequest{key=1, value=2} and TxnRequest{success=2: RequestOp{request_put=2}} as protobuf
+    lays them out; TxnResponse.succeeded is read past the header, and false when absent."""
+    assert re_.pb_put(b"k", b"vv") == b"\x0a\x01k\x12\x02vv"
+    put = re_.pb_put(b"k", b"v" * 200)  # a length over 127 takes a two-byte varint
+    assert put == b"\x0a\x01k\x12\xc8\x01" + b"v" * 200
+    assert re_.pb_txn([b"a", b"b"], b"v") == b"".join(
+        b"\x12" + bytes([len(op)]) + op for op in (b"\x12\x06" + re_.pb_put(k, b"v") for k in (b"a", b"b")))
+    header = b"\x0a\x04\x08\x01\x10\x02"  # ResponseHeader{cluster_id 1, member_id 2}
+    assert re_.pb_txn_succeeded(header + b"\x10\x01")
+    assert not re_.pb_txn_succeeded(header)
+    assert not re_.pb_txn_succeeded(header + b"\x10\x00")
+
+
 class FakeSide:
     """A side that records when it ran; its 'nodes' are this process."""
 
@@ -78,8 +92,9 @@ def test_rounds_alternate_and_tally_every_write():
 
 @needs_etcd
 def test_sequential_rows_beside_a_real_etcd():
-    """A short run (one round of 40 writes each) of a 3-node etcd and a 3-voter raftnode cluster:
-    both p50s, p99s and CPU per commit are positive, and each ratio is etcd's over ours."""
+    """A short run (one round of 40 writes each: etcd over gRPC, etcd through its gateway, kraftlog)
+    of a 3-node etcd and a 3-voter raftnode cluster: p50s, p99s and CPU per commit are positive,
+    and each ratio is etcd's (gRPC) over ours."""
     binary = re_.etcd_binary()
     tallies = re_.sequential_tallies(binary, re_.SequentialPlan(rounds=1, writes_per_round=40, warmup=5))
     commit = harness.check_row(re_.commit_p50_row(tallies, "etcd"), "raft.commit_p50_vs_etcd")
@@ -87,11 +102,13 @@ def test_sequential_rows_beside_a_real_etcd():
     assert commit["ratio"] == pytest.approx(commit["peer_value"] / commit["value"])
     assert commit["p99_ms"] >= commit["value"] and commit["etcd_p99_ms"] >= commit["peer_value"]
     assert commit["samples"] == commit["etcd_samples"] == 40
+    assert commit["gateway_p99_ms"] >= commit["gateway_p50_ms"] > 0
     cpu = harness.check_row(re_.cpu_row(tallies, "etcd"), "raft.cpu_per_commit_vs_etcd")
     assert cpu["value"] > 0 and cpu["peer_value"] > 0
     assert cpu["ratio"] == pytest.approx(cpu["peer_value"] / cpu["value"])
     assert cpu["value"] == pytest.approx(cpu["cpu_s"] / cpu["commits"] * 1000)
     assert cpu["rounds_ms"] == [pytest.approx(cpu["value"])] and cpu["spread"] == 0
+    assert cpu["gateway_cpu_per_commit_ms"] > 0
 
 
 @needs_etcd
