@@ -39,7 +39,6 @@ import http.client
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -50,7 +49,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from kraftlog.bench.rows_raft import BATCH_RECORDS, PAYLOAD_BYTES, WINDOW, NodeCluster
+from kraftlog.bench.rows_raft import BATCH_RECORDS, PAYLOAD_BYTES, WINDOW, NodeCluster, free_ports
 from kraftlog.bench.timing import percentile, row
 
 ETCD_NOT_INSTALLED = "etcd not installed"
@@ -103,18 +102,6 @@ def tree_cpu_s(pids: list[int]) -> float:
 # ---- etcd ---------------------------------------------------------------------------------------------
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def etcd_version(binary: str) -> str:
     out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60).stdout
     first = out.splitlines()[0] if out else ""
@@ -123,8 +110,8 @@ def etcd_version(binary: str) -> str:
 
 class EtcdCluster:
     """Three etcd processes on 127.0.0.1 (data in a temp dir, etcd's defaults otherwise: fsync on,
-    100 ms heartbeat); ``leader_address`` is the (host, port) of the leader's client URL (the
-    gateway serves there). ``close()`` kills them and removes the data."""
+    100 ms heartbeat); ``leader_address`` is the (host, port) of the leader's client URL (gRPC and
+    the JSON gateway both serve there). ``close()`` kills them and removes the data."""
 
     def __init__(self, binary: str, *extra_args: str):
         self.binary = binary
@@ -151,7 +138,7 @@ class EtcdCluster:
                 self._kill()
 
     def _launch(self, attempt: int) -> None:
-        ports = _free_ports(2 * ETCD_NODES)
+        ports = free_ports(2 * ETCD_NODES)
         peer_ports, self.client_ports = ports[:ETCD_NODES], ports[ETCD_NODES:]
         names = [f"etcd{i}" for i in range(ETCD_NODES)]
         initial = ",".join(f"{n}=http://127.0.0.1:{p}" for n, p in zip(names, peer_ports, strict=True))

@@ -184,7 +184,9 @@ _PEER = textwrap.dedent('''
 ''')
 
 
-def _free_ports(n: int) -> list[int]:
+def free_ports(n: int) -> list[int]:
+    """``n`` loopback ports free a moment ago (bound to 0, then closed), for peers that cannot
+    inherit a listening socket; a peer that loses the race to another process fails to start."""
     socks = []
     for _ in range(n):
         s = socket.socket()
@@ -198,7 +200,7 @@ def _free_ports(n: int) -> list[int]:
 
 def peer_throughput(quick: bool) -> float:
     """PySyncObj committed calls/s (node 1 drives; no fsync: PySyncObj keeps its journal in memory)."""
-    addrs = [f"127.0.0.1:{p}" for p in _free_ports(3)]
+    addrs = [f"127.0.0.1:{p}" for p in free_ports(3)]
     seconds = 2.0 if quick else 6.0
     procs = []
     try:
