@@ -6,6 +6,8 @@ transactions leave no trace; publishers see every step in order; downgrades repo
 
 from __future__ import annotations
 
+import os
+import shutil
 import uuid
 
 import pytest
@@ -174,7 +176,7 @@ def test_loading_a_log_directory_equals_replaying_its_bytes(workload, tmp_path):
             pos += size
         assert len(log.segment_base_offsets()) >= 4
     progress = []
-    image = load_log_dir(tmp_path / "meta", config=config,
+    image = load_log_dir(tmp_path / "meta",
                          progress=lambda m: progress.append((m.last_offset, m.target_offset, m.records, m.records_per_s)))
     assert summary(image) == summary(Loader().replay(buf))
     total = len(base) + len(churn)
@@ -183,7 +185,7 @@ def test_loading_a_log_directory_equals_replaying_its_bytes(workload, tmp_path):
     assert offsets == sorted(offsets) and offsets[0] < offsets[-1] and all(p[3] > 0 for p in progress)
     # Resuming from an image only reads what is newer.
     half = Loader().replay(to_log(base, per_batch=150))
-    assert summary(load_log_dir(tmp_path / "meta", image=half, config=config)) == summary(image)
+    assert summary(load_log_dir(tmp_path / "meta", image=half)) == summary(image)
 
 
 def test_region_boundaries_inside_a_topic_keep_the_bulk_path(workload):
@@ -236,3 +238,90 @@ def test_partition_records_with_directories_go_through_the_columns():
     assert image.topics.partition("t1", 4).directories == ()
     # the feature record and the one change went generic; the 120 topic/partition records did not
     assert sum(m.generic_records for m in manifests) == 2
+
+
+def _topic_log(name: str, tid: uuid.UUID, configs: dict[str, str] | None = None) -> list[bytes]:
+    """A topic of one partition and its topic configs, as CreateTopics writes them."""
+    return [codec.encode_record("TopicRecord", 0, {"Name": name, "TopicId": tid}),
+            codec.encode_record("PartitionRecord", 0, {"TopicId": tid, "PartitionId": 0, "Replicas": [1],
+                                                       "Isr": [1], "Leader": 1}),
+            *(codec.encode_record("ConfigRecord", 0, {"ResourceType": 2, "ResourceName": name, "Name": k,
+                                                      "Value": v}) for k, v in (configs or {}).items())]
+
+
+def test_a_removed_topics_configs_go_with_it_and_a_recreated_name_starts_clean():
+    """Kafka replays RemoveTopicRecord into the configs too: a re-created name inherits nothing,
+    whether the delete and the re-create come in one load or two, and full replay equals snapshot + tail."""
+    old, new, other = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    version = codec.encode_record("FeatureLevelRecord", 0, {"Name": "metadata.version", "FeatureLevel": versions.LATEST})
+    head = [version, *_topic_log("t", old, {"cleanup.policy": "compact"}), *_topic_log("u", other, {"retention.ms": "1"})]
+    tail = [codec.encode_record("RemoveTopicRecord", 0, {"TopicId": old}), *_topic_log("t", new)]
+    full = Loader().replay(to_log(head + tail))
+    assert (2, "t") not in full.configs and dict(full.configs[(2, "u")]) == {"retention.ms": "1"}
+    assert full.topics.topic("t").topic_id == new
+    assert summary(replay_generic(head + tail)) == summary(full)
+    loader = Loader()
+    loader.replay(to_log(head))
+    assert dict(loader.image.configs[(2, "t")]) == {"cleanup.policy": "compact"}
+    assert summary(loader.replay(to_log(tail, first_offset=len(head)))) == summary(full)
+    snapshot = to_log(write_image(replay_generic(head)).values, first_offset=1)
+    restarted = Loader()
+    restarted.load_snapshot(snapshot, end_offset=len(head), epoch=3)
+    assert summary(restarted.replay(to_log(tail, first_offset=len(head)))) == summary(full)
+
+
+def test_a_snapshot_image_takes_its_time_from_the_snapshot_header():
+    """The provenance timestamp of a snapshot's image is the header's LastContainedLogTimestamp (the
+    last covered log record's time), not when the snapshot's batches were written."""
+    values = _topic_log("t", uuid.uuid4())
+    header = batch.build_control_batch(3, codec.encode_control(3, 0, {"Version": 0, "LastContainedLogTimestamp": 1234})[1],
+                                       timestamp_ms=9_000_000)
+    body = batch.build_batch_from_values(values, base_offset=1, timestamp_ms=9_000_000)
+    footer = batch.build_control_batch(4, codec.encode_control(4, 0, {"Version": 0})[1], base_offset=1 + len(values),
+                                       timestamp_ms=9_000_001)
+    image = Loader().load_snapshot(header + body + footer, end_offset=1 + len(values), epoch=2)
+    assert image.provenance.timestamp_ms == 1234 and image.provenance.offset == len(values)
+    # Batches without a header (bare values) keep the batches' time.
+    bare = Loader().load_snapshot(body, end_offset=1 + len(values), epoch=2)
+    assert bare.provenance.timestamp_ms == 9_000_000
+
+
+def _directory_state(path) -> dict:
+    """Every entry of a directory with its size and mtime (root ignores chmod, so this is the check)."""
+    entries = {e.name: (e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(path)}
+    return {"dir_mtime": os.stat(path).st_mtime_ns, "entries": entries}
+
+
+def test_a_read_only_copy_of_a_log_directory_loads_and_nothing_is_written(workload, tmp_path):
+    """load_log_dir reads a copy holding only the .log files (no indexes, no epoch checkpoint, no
+    clean-shutdown marker) from a read-only directory, even with a torn tail, and changes nothing."""
+    from kraftlog.engine.image.logload import load_log_dir
+    from kraftlog.engine.log.log import Log, LogConfig
+
+    shape, base, churn = workload
+    buf = to_log(base + churn, per_batch=150)
+    with Log.open(tmp_path / "meta", LogConfig(segment_bytes=64 << 10)) as log:
+        pos = 0
+        while pos < len(buf):
+            size = batch.validate_batch(buf, pos).size_bytes
+            log.append_as_follower(buf[pos:pos + size])
+            pos += size
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    segments = sorted(n for n in os.listdir(tmp_path / "meta") if n.endswith(".log"))
+    assert len(segments) >= 4
+    for name in segments:
+        shutil.copyfile(tmp_path / "meta" / name, copy / name)
+    with open(copy / segments[-1], "ab") as f:
+        f.write(to_log(churn[:5], first_offset=len(base) + len(churn))[:-7])  # a crash's torn write
+    for name in segments:
+        os.chmod(copy / name, 0o444)
+    os.chmod(copy, 0o555)
+    try:
+        before = _directory_state(copy)
+        image = load_log_dir(copy)
+        assert _directory_state(copy) == before
+    finally:
+        os.chmod(copy, 0o755)
+    assert summary(image) == summary(Loader().replay(buf))
+    assert image.provenance.offset == len(base) + len(churn) - 1

@@ -12,7 +12,8 @@ Sub-images and the records that edit them:
     cluster          RegisterBrokerRecord, UnregisterBrokerRecord, FenceBrokerRecord,
                      UnfenceBrokerRecord, BrokerRegistrationChangeRecord, RegisterControllerRecord
     topics           TopicRecord, PartitionRecord, PartitionChangeRecord, RemoveTopicRecord
-    configs          ConfigRecord (a null value deletes the key)
+    configs          ConfigRecord (a null value deletes the key); RemoveTopicRecord drops the
+                     topic's configs
     client_quotas    ClientQuotaRecord
     producer_ids     ProducerIdsRecord
     acls             AccessControlEntryRecord, RemoveAccessControlEntryRecord
@@ -40,6 +41,7 @@ EMPTY: Mapping = MappingProxyType({})
 # Kafka's BrokerRegistrationFencingChange / InControlledShutdownChange values.
 FENCING_FENCE, FENCING_NONE, FENCING_UNFENCE = 1, 0, -1
 CONTROLLED_SHUTDOWN_NONE, CONTROLLED_SHUTDOWN_IN = 0, 1
+TOPIC_RESOURCE_TYPE = 2  # Kafka's ConfigResource.Type.TOPIC id (ConfigRecord.ResourceType)
 
 
 @dataclass(frozen=True)
@@ -260,8 +262,15 @@ class MetadataDelta:
         self._mark_topics()
 
     def _remove_topic(self, d, topic_epoch):
-        self.topics.replay_remove_topic(d["TopicId"])
+        name = self.topics.replay_remove_topic(d["TopicId"])
         self._mark_topics()
+        # Kafka's MetadataDelta replays a RemoveTopicRecord into ConfigurationsDelta too: the
+        # topic's configs go with it, so a later topic of the same name starts with none (and a
+        # full replay equals snapshot + tail: a snapshot never holds a deleted topic's configs).
+        # Kafka looks only at the base image there; we also drop configs set earlier in this delta,
+        # which its controller never leaves behind either (deleteTopicConfigs).
+        if self.configs.remove((TOPIC_RESOURCE_TYPE, name)):
+            self.changed.add("configs")
 
     def _mark_topics(self):
         if self._topics is not None and self._topics.changes:

@@ -34,8 +34,9 @@ import numpy as np
 from kraftlog.engine.image import index as hindex
 from kraftlog.engine.image.image import MetadataDelta, MetadataImage, Provenance
 from kraftlog.engine.image.topics import TOPIC_EPOCH_TAG, MetadataReplayError
+from kraftlog.engine.records import batch, metadata_columns
 from kraftlog.engine.records import metadata as codec
-from kraftlog.engine.records import metadata_columns
+from kraftlog.engine.records.layout import ATTRIBUTES_OFFSET, CONTROL_BIT, HEADER_SIZE
 from kraftlog.errors import CorruptRecordError, KraftlogError, UndecodableRecordError
 
 API_TOPIC, API_PARTITION, API_PARTITION_CHANGE = 2, 3, 5
@@ -103,7 +104,9 @@ class Loader:
         columns = _decode(buf, start, end, path)
         apply_columns(delta, columns, manifest, snapshot_end_offset=end_offset, skip_errors=self.skip_errors,
                       path=path)
-        provenance = Provenance(end_offset - 1, epoch, int(columns.last_timestamp_ms))
+        header_timestamp_ms = snapshot_header_timestamp_ms(buf, start, path)
+        timestamp_ms = columns.last_timestamp_ms if header_timestamp_ms is None else header_timestamp_ms
+        provenance = Provenance(end_offset - 1, epoch, int(timestamp_ms))
         del columns  # the decoded arrays go before _publish returns their memory to the OS
         return self._publish(delta, provenance, manifest,
                              started)
@@ -178,6 +181,26 @@ def _release_free_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
+
+
+def snapshot_header_timestamp_ms(buf, start: int = 0, path: str | None = None) -> int | None:
+    """The LastContainedLogTimestamp of the SnapshotHeader opening the snapshot stream at
+    ``buf[start:]``: the time of the last log record the snapshot covers, which is what Kafka's
+    image provenance carries (the batches' own timestamps say when the snapshot was written).
+    None when the stream does not open with a SnapshotHeader control record (values without framing)."""
+    view = memoryview(buf)
+    if len(view) - start < HEADER_SIZE:
+        return None
+    attributes = int.from_bytes(view[start + ATTRIBUTES_OFFSET:start + ATTRIBUTES_OFFSET + 2], "big")
+    if not attributes & CONTROL_BIT:
+        return None
+    try:
+        first = next(iter(batch.iter_records(buf, start)), None)
+        if first is None or first.key is None or codec.control_type_of(first.key) != batch.CONTROL_SNAPSHOT_HEADER:
+            return None
+        return int(codec.decode_control(first.key, first.value).data["LastContainedLogTimestamp"])
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(f"snapshot header: {exc.reason}", position=start, path=path) from exc
 
 
 def decode(buf, *, path: str | None = None):

@@ -410,8 +410,9 @@ class TopicsDelta:
         self.live_topics += 1
         self.changes.topic_rows = self.topics.rows
 
-    def replay_remove_topic(self, topic_id: uuid.UUID) -> None:
-        """RemoveTopicRecord: the topic and all its partitions go."""
+    def replay_remove_topic(self, topic_id: uuid.UUID) -> str:
+        """RemoveTopicRecord: the topic and all its partitions go; returns its name (the caller
+        drops the name's configs, as Kafka's MetadataDelta does)."""
         row = self._require_topic(topic_id, "RemoveTopicRecord")
         name = self.topic_name(row)
         first, count = int(self.topics.get(row, "first_row")), int(self.topics.get(row, "partition_count"))
@@ -425,6 +426,7 @@ class TopicsDelta:
         self.live_topics -= 1
         if row < self.changes.base_topic_rows:  # else created and deleted within this delta: no trace
             self.changes.deleted_topics[topic_id] = name
+        return name
 
     def replay_partition(self, topic_id: uuid.UUID, partition_id: int, *, replicas: Sequence[int],
                          isr: Sequence[int], leader: int, leader_epoch: int, partition_epoch: int,
