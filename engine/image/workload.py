@@ -10,7 +10,8 @@ broker fence / unfence, topic deletes, config changes) drawn from a seeded RNG.
 
 Records are framed metadata-record values (bytes). PartitionRecords of the base shape are built
 from a byte template with numpy (fixed size when the RF is fixed), checked against the generic
-codec in tests; everything else goes through the generic codec.
+codec in tests; everything else goes through the generic codec. The production shape (a
+controller's tail over time on top of this base) is production.py.
 """
 
 from __future__ import annotations

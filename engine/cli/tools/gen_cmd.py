@@ -6,6 +6,13 @@ batches of --records-per-batch, after a LeaderChange control record as a KRaft l
 the start of its epoch. With --checkpoint the image at the end of the log is also written as a
 Kafka snapshot file ``<end offset>-<epoch>.checkpoint`` in the same directory (SnapshotHeader,
 the image's records at the metadata.version, SnapshotFooter).
+
+``--shape production`` appends, after the base, the tail a real controller writes over time
+(engine.image.production: NoOpRecords every 500 ms, rolling restarts, a zonal outage, ISR flaps,
+topic creates / deletes / re-creates, producer ids, quotas, ACLs, SCRAM, tokens, feature changes,
+controller failovers), one batch per controller event, until --tail-bytes or --duration-s. Its
+--checkpoint is the snapshot at the end of the base, where the tail starts: what a broker
+restarting from its latest snapshot replays.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ MAX_APPEND_BATCHES = 1024  # ... and of at most this many batches (LogConfig.max
 
 EXAMPLE = """examples:
   kraftlog gen /tmp/meta --partitions 100000 --churn 20000
+  kraftlog gen /tmp/meta --partitions 1000000 --shape production --tail-bytes 20971520 --checkpoint
   kraftlog gen /tmp/meta --partitions 1000000 --metadata-version 3.7-IV0 --checkpoint
   kraftlog image shell /tmp/meta"""
 
@@ -43,6 +51,13 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="partitions in the workload (10 per topic, RF 3, 10,000 replicas per broker)")
     parser.add_argument("--churn", type=int, default=0, metavar="M",
                         help="records of churn after the base workload (elections, ISR, fencing, deletes, configs)")
+    parser.add_argument("--shape", choices=("reference", "production"), default="reference",
+                        help="reference: the base (+ --churn); production: the base + a controller's tail over time")
+    parser.add_argument("--tail-bytes", type=int, default=None, metavar="B",
+                        help="production: stop the tail at about this many bytes (default 20 MiB, Kafka's "
+                             "metadata.log.max.record.bytes.between.snapshots)")
+    parser.add_argument("--duration-s", type=float, default=None, metavar="S",
+                        help="production: simulated seconds of tail at most (default 3600)")
     parser.add_argument("--metadata-version", default=None, metavar="V",
                         help="metadata.version to write at, a name (3.7-IV0) or a level (default: the latest)")
     parser.add_argument("--seed", type=int, default=0, help="seed of topic ids and churn (default 0)")
@@ -63,6 +78,14 @@ def _check_args(args: argparse.Namespace) -> int:
         raise ToolError(f"--partitions must be at least 1, got {args.partitions}")
     if args.churn < 0:
         raise ToolError(f"--churn must be >= 0, got {args.churn}")
+    if args.shape != "production" and (args.tail_bytes is not None or args.duration_s is not None):
+        raise ToolError("--tail-bytes and --duration-s shape the production tail: add --shape production")
+    if args.shape == "production" and args.churn:
+        raise ToolError("--churn is the reference shape's; the production shape's tail replaces it")
+    if args.tail_bytes is not None and args.tail_bytes < 1:
+        raise ToolError(f"--tail-bytes must be at least 1, got {args.tail_bytes}")
+    if args.duration_s is not None and args.duration_s <= 0:
+        raise ToolError(f"--duration-s must be positive, got {args.duration_s}")
     if args.records_per_batch < 1:
         raise ToolError(f"--records-per-batch must be at least 1, got {args.records_per_batch}")
     if not 1024 <= args.segment_bytes <= (1 << 31) - 1:
@@ -87,15 +110,42 @@ def run(args: argparse.Namespace) -> int:
     base_records = 1 + 2 * shape.brokers + shape.topics * (1 + shape.partitions_per_topic)
     total = base_records + args.churn
     records = _records(workload, shape, args.churn, args.seed)
+    tail = _production_tail(args, shape, base_records) if args.shape == "production" else None
     summary = write_log(args.dir, records, total, records_per_batch=args.records_per_batch,
-                        segment_bytes=args.segment_bytes, progress=show_progress(args))
-    print(f"wrote {total:,} records ({shape.topics:,} topics, {shape.partitions:,} partitions, {shape.brokers} brokers, "
-          f"{args.churn:,} churn) at metadata.version {versions.name(level)} to {args.dir}: offsets 0..{summary[0] - 1}, "
-          f"{summary[1]} segment(s), {summary[2]:,} bytes in {summary[3]:.2f} s")
-    if args.checkpoint:
+                        segment_bytes=args.segment_bytes, progress=show_progress(args), tail=tail)
+    extra = f"{args.churn:,} churn" if tail is None else _tail_summary(tail)
+    print(f"wrote {total:,} base records ({shape.topics:,} topics, {shape.partitions:,} partitions, "
+          f"{shape.brokers} brokers, {extra}) at metadata.version {versions.name(level)} to {args.dir}: "
+          f"offsets 0..{summary[0] - 1}, {summary[1]} segment(s), {summary[2]:,} bytes in {summary[3]:.2f} s")
+    if args.checkpoint and tail is not None:
+        path = os.path.join(args.dir, f"{1 + base_records:020d}-{LEADER_EPOCH:010d}.checkpoint")
+        values = workload.image_values(shape)
+        write_snapshot_file(path, values, epoch=LEADER_EPOCH, last_timestamp_ms=tail.shape.start_ms)
+        print(f"wrote snapshot {path} ({len(values):,} records; the base, where the tail starts)")
+    elif args.checkpoint:
         path, count = write_checkpoint(args.dir, progress=show_progress(args))
         print(f"wrote snapshot {path} ({count:,} records)")
     return 0
+
+
+def _production_tail(args: argparse.Namespace, shape, base_records: int):
+    """The tail generator, its first record after the LeaderChange and the base (offset 1 + base)."""
+    import time
+
+    from kraftlog.engine.image import production
+
+    tail_shape = production.ProductionShape(
+        shape, tail_bytes=production.DEFAULT_TAIL_BYTES if args.tail_bytes is None else args.tail_bytes,
+        duration_ms=production.DEFAULT_DURATION_MS if args.duration_s is None else int(args.duration_s * 1000),
+        seed=args.seed + 1, start_ms=int(time.time() * 1000))
+    return production.ProductionTail(tail_shape, 1 + base_records)
+
+
+def _tail_summary(tail) -> str:
+    facts = tail.finish()
+    seconds = (tail.now_ms - tail.shape.start_ms) / 1000
+    return (f"then a production tail of {facts.records:,} records in {facts.batches:,} batches, "
+            f"{facts.bytes:,} bytes, {seconds:,.0f} simulated s")
 
 
 def _records(workload, shape, churn: int, seed: int):
@@ -115,8 +165,9 @@ def _leader_change_batch(timestamp_ms: int) -> bytes:
 
 
 def write_log(directory: str, records, total: int, *, records_per_batch: int, segment_bytes: int,
-              progress: bool) -> tuple[int, int, int, float]:
-    """Append ``records`` (framed values) to a new log in ``directory``; returns
+              progress: bool, tail=None) -> tuple[int, int, int, float]:
+    """Append ``records`` (framed values) to a new log in ``directory``, then the batches of
+    ``tail`` (a production.ProductionTail) as its controller wrote them; returns
     (end offset, segments, bytes, seconds)."""
     import time
 
@@ -152,9 +203,28 @@ def write_log(directory: str, records, total: int, *, records_per_batch: int, se
         if pending:
             log.append_as_leader(b"".join(pending), LEADER_EPOCH)
         bar.update(written, rate(written, bar.elapsed_s))
+        if tail is not None:
+            _append_tail(log, tail, append_bytes)
         log.flush()
         log.update_high_watermark(log.end_offset)
         return log.end_offset, len(log.segment_base_offsets()), log.size_bytes, bar.elapsed_s
+
+
+def _append_tail(log, tail, append_bytes: int) -> None:
+    """The tail's batches, grouped into appends per controller epoch (a failover starts a new one)."""
+    from kraftlog.engine.image import production
+
+    pending, pending_bytes, epoch = [], 0, LEADER_EPOCH
+    for batch in production.encode_batches(tail.batches(), log.end_offset, with_epochs=True):
+        data, batch_epoch = batch
+        if pending and (batch_epoch != epoch or pending_bytes >= append_bytes or len(pending) >= MAX_APPEND_BATCHES):
+            log.append_as_leader(b"".join(pending), epoch)
+            pending, pending_bytes = [], 0
+        epoch = batch_epoch
+        pending.append(data)
+        pending_bytes += len(data)
+    if pending:
+        log.append_as_leader(b"".join(pending), epoch)
 
 
 def write_checkpoint(directory: str, *, progress: bool) -> tuple[str, int]:
