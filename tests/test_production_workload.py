@@ -118,3 +118,10 @@ def test_gen_production_writes_a_log_that_loads(tmp_path):
     assert "production tail of" in proc.stdout
     bad = subprocess.run([*cli, "--tail-bytes", "5"], capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "--shape production" in bad.stderr
+
+
+def test_the_tail_rows_are_in_the_bench_report():
+    from kraftlog.bench import report
+
+    rows = report.discover().rows
+    assert {"image.tail_replay_records_per_s", "image.noop_replay_records_per_s"} <= set(rows)

@@ -41,6 +41,12 @@ class WorkloadShape:
         return self.topics * self.partitions_per_topic
 
     @property
+    def base_records(self) -> int:
+        """Records ``generate`` yields: metadata.version, a registration and an unfence per broker,
+        then each topic's TopicRecord and PartitionRecords."""
+        return 1 + 2 * self.brokers + self.topics * (1 + self.partitions_per_topic)
+
+    @property
     def brokers(self) -> int:
         """As Kafka's benchmark: replicas / replicas_per_broker, rounded down to a multiple of 3."""
         brokers = self.partitions * self.replication_factor // self.replicas_per_broker

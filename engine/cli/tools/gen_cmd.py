@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
 
     level = _check_args(args)
     shape = workload.WorkloadShape.scaled(args.partitions, metadata_version=level, seed=args.seed)
-    base_records = 1 + 2 * shape.brokers + shape.topics * (1 + shape.partitions_per_topic)
+    base_records = shape.base_records
     total = base_records + args.churn
     records = _records(workload, shape, args.churn, args.seed)
     tail = _production_tail(args, shape, base_records) if args.shape == "production" else None
