@@ -7,8 +7,15 @@ Data flow:
       -> delta.apply(provenance) -> image           (shares unchanged chunks with the last image)
       -> publishers(delta, image, manifest)
 
-Runs: records are applied strictly in log order, but consecutive records of one shape go in one
-vectorised step: a run of TopicRecords + PartitionRecords (what CreateTopics and snapshots write)
+Two streams: NoOpRecords (and transaction markers) change nothing and are only counted. The
+records touching topics and configs form the topic stream; the rest (brokers, features, producer
+ids, quotas, ACLs, SCRAM, tokens) edit state no topic record reads, so they are replayed first, in
+their own log order, and a controller's NoOps and broker records no longer cut the topic stream's
+runs. (An error is reported for the first failing record of the first stream: with several bad
+records, not necessarily the lowest offset.)
+
+Runs: the topic stream is applied strictly in log order, but consecutive records of one shape go
+in one vectorised step: a run of TopicRecords + PartitionRecords (what CreateTopics and snapshots write)
 through TopicsDelta.bulk_create; a run of PartitionChangeRecords through bulk_change. A record the
 columns do not carry completely (``extras``: ELR, adding/removing replicas, directories of a
 PartitionChangeRecord, broker endpoints) or of any other type is decoded by the generic codec and
@@ -41,6 +48,15 @@ from kraftlog.errors import CorruptRecordError, KraftlogError, UndecodableRecord
 
 API_TOPIC, API_PARTITION, API_PARTITION_CHANGE = 2, 3, 5
 API_BEGIN_TXN, API_END_TXN, API_ABORT_TXN = 23, 24, 25
+API_CONFIG, API_REMOVE_TOPIC, API_NOOP = 4, 9, 20
+# Records that change no image state (the transaction markers are handled by _transaction_mask):
+# counted, never decoded.
+NO_STATE_API_KEYS = np.array([API_NOOP, API_BEGIN_TXN, API_END_TXN, API_ABORT_TXN], dtype=np.int16)
+# Records that touch topics or configs; among themselves they must stay in log order (a
+# RemoveTopicRecord drops its name's configs, a ConfigRecord may follow for a re-created name).
+# Every other record edits state no topic record reads (brokers, features, quotas, ACLs, ...).
+TOPIC_STREAM_API_KEYS = np.array([API_TOPIC, API_PARTITION, API_PARTITION_CHANGE, API_REMOVE_TOPIC, API_CONFIG],
+                                 dtype=np.int16)
 BULK_MIN_RECORDS = 8  # below this a run is cheaper record by record
 
 
@@ -228,29 +244,37 @@ def apply_columns(delta: MetadataDelta, cols, manifest: LoadManifest, *, snapsho
     manifest.first_offset = int(cols.offsets[0]) if manifest.first_offset < 0 else manifest.first_offset
     keep = _transaction_mask(cols, manifest)
     ctx = _Context(delta, cols, manifest, snapshot_end_offset, skip_errors, path)
-    shape = np.where(cols.api_keys == API_PARTITION, API_TOPIC, cols.api_keys)
-    bounds = np.flatnonzero(np.diff(shape) != 0) + 1
-    starts = np.concatenate([[0], bounds])
-    ends = np.concatenate([bounds, [n]])
-    for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
-        indexes = np.arange(start, end)
-        if keep is not None:
-            indexes = indexes[keep[start:end]]
-        if not len(indexes):
-            continue
-        kind = int(shape[start])
-        if kind == API_TOPIC:
-            ctx.create_run(indexes)
-            continue
-        if kind == API_PARTITION_CHANGE and len(indexes) >= BULK_MIN_RECORDS:
-            ctx.bulk_change(indexes)
-            continue
-        for i in indexes.tolist():
-            ctx.one(i)
+    indexes = np.arange(n) if keep is None else np.flatnonzero(keep)
+    kinds = cols.api_keys[indexes]
+    stateful = ~np.isin(kinds, NO_STATE_API_KEYS)
+    indexes, kinds = indexes[stateful], kinds[stateful]
+    topical = np.isin(kinds, TOPIC_STREAM_API_KEYS)
+    for i in indexes[~topical].tolist():
+        ctx.one(i)
+    _apply_topic_runs(ctx, indexes[topical], kinds[topical])
     applied = np.flatnonzero(keep) if keep is not None else None
     last = int(cols.offsets[applied[-1]]) if applied is not None and len(applied) else int(cols.offsets[-1])
     manifest.last_offset = max(manifest.last_offset, last)
     manifest.records += n if keep is None else int(keep.sum())
+
+
+def _apply_topic_runs(ctx: _Context, indexes: np.ndarray, kinds: np.ndarray) -> None:
+    """The topic stream in log order: consecutive records of one shape as one vectorised step."""
+    if not len(indexes):
+        return
+    shape = np.where(kinds == API_PARTITION, API_TOPIC, kinds)
+    bounds = np.flatnonzero(np.diff(shape) != 0) + 1
+    starts = np.concatenate([[0], bounds]).tolist()
+    ends = np.concatenate([bounds, [len(indexes)]]).tolist()
+    for start, end in zip(starts, ends, strict=True):
+        run, kind = indexes[start:end], int(shape[start])
+        if kind == API_TOPIC:
+            ctx.create_run(run)
+        elif kind == API_PARTITION_CHANGE and len(run) >= BULK_MIN_RECORDS:
+            ctx.bulk_change(run)
+        else:
+            for i in run.tolist():
+                ctx.one(i)
 
 
 def _transaction_mask(cols, manifest: LoadManifest) -> np.ndarray | None:
