@@ -49,14 +49,16 @@ from kraftlog.errors import CorruptRecordError, KraftlogError, UndecodableRecord
 API_TOPIC, API_PARTITION, API_PARTITION_CHANGE = 2, 3, 5
 API_BEGIN_TXN, API_END_TXN, API_ABORT_TXN = 23, 24, 25
 API_CONFIG, API_REMOVE_TOPIC, API_NOOP = 4, 9, 20
-# Records that change no image state (the transaction markers are handled by _transaction_mask):
-# counted, never decoded.
-NO_STATE_API_KEYS = np.array([API_NOOP, API_BEGIN_TXN, API_END_TXN, API_ABORT_TXN], dtype=np.int16)
-# Records that touch topics or configs; among themselves they must stay in log order (a
-# RemoveTopicRecord drops its name's configs, a ConfigRecord may follow for a re-created name).
-# Every other record edits state no topic record reads (brokers, features, quotas, ACLs, ...).
-TOPIC_STREAM_API_KEYS = np.array([API_TOPIC, API_PARTITION, API_PARTITION_CHANGE, API_REMOVE_TOPIC, API_CONFIG],
-                                 dtype=np.int16)
+# Which stream each apiKey goes to (apply_columns). NO_STATE: changes nothing (the transaction
+# markers are handled by _transaction_mask), counted, never decoded. TOPIC_STREAM: touches topics
+# or configs; these stay in log order among themselves (a RemoveTopicRecord drops its name's
+# configs, a ConfigRecord may follow for a re-created name). SIDE_STREAM: every other record,
+# editing state no topic record reads (brokers, features, quotas, ACLs, ...); an unknown apiKey
+# lands here too, and the generic codec reports it.
+NO_STATE, TOPIC_STREAM, SIDE_STREAM = 0, 1, 2
+_STREAM_OF_API_KEY = np.full(256, SIDE_STREAM, dtype=np.uint8)
+_STREAM_OF_API_KEY[[API_NOOP, API_BEGIN_TXN, API_END_TXN, API_ABORT_TXN]] = NO_STATE
+_STREAM_OF_API_KEY[[API_TOPIC, API_PARTITION, API_PARTITION_CHANGE, API_REMOVE_TOPIC, API_CONFIG]] = TOPIC_STREAM
 BULK_MIN_RECORDS = 8  # below this a run is cheaper record by record
 
 
@@ -244,14 +246,16 @@ def apply_columns(delta: MetadataDelta, cols, manifest: LoadManifest, *, snapsho
     manifest.first_offset = int(cols.offsets[0]) if manifest.first_offset < 0 else manifest.first_offset
     keep = _transaction_mask(cols, manifest)
     ctx = _Context(delta, cols, manifest, snapshot_end_offset, skip_errors, path)
-    indexes = np.arange(n) if keep is None else np.flatnonzero(keep)
-    kinds = cols.api_keys[indexes]
-    stateful = ~np.isin(kinds, NO_STATE_API_KEYS)
-    indexes, kinds = indexes[stateful], kinds[stateful]
-    topical = np.isin(kinds, TOPIC_STREAM_API_KEYS)
-    for i in indexes[~topical].tolist():
-        ctx.one(i)
-    _apply_topic_runs(ctx, indexes[topical], kinds[topical])
+    stream = _STREAM_OF_API_KEY[np.clip(cols.api_keys, 0, len(_STREAM_OF_API_KEY) - 1)]
+    if keep is None and bool((stream == TOPIC_STREAM).all()):  # a snapshot, CreateTopics: no copies
+        _apply_topic_runs(ctx, np.arange(n), cols.api_keys)
+    else:
+        if keep is not None:
+            stream[~keep] = NO_STATE
+        for i in np.flatnonzero(stream == SIDE_STREAM).tolist():
+            ctx.one(i)
+        topical = np.flatnonzero(stream == TOPIC_STREAM)
+        _apply_topic_runs(ctx, topical, cols.api_keys[topical])
     applied = np.flatnonzero(keep) if keep is not None else None
     last = int(cols.offsets[applied[-1]]) if applied is not None and len(applied) else int(cols.offsets[-1])
     manifest.last_offset = max(manifest.last_offset, last)
