@@ -44,6 +44,7 @@ import numpy as np
 
 from kraftlog.engine.image import versions
 from kraftlog.engine.image import workload as wl
+from kraftlog.engine.image.image import TOPIC_RESOURCE_TYPE
 from kraftlog.engine.records import batch as batch_codec
 from kraftlog.engine.records import metadata as codec
 from kraftlog.engine.records.layout import HEADER_SIZE
@@ -61,7 +62,6 @@ START_MS = 1_700_000_000_000
 # deltas, null key, value length, header count), about: only used to stop at tail_bytes.
 RECORD_FRAMING_BYTES = 8
 NO_LEADER = -1
-TOPIC_RESOURCE = 2  # ConfigRecord ResourceType of a topic
 LEADER_ID = 1  # the first active controller (the base log's LeaderChange names it)
 
 
@@ -437,7 +437,7 @@ class ProductionTail:
             replicas = [up[(start + pid + i) % len(up)] for i in range(rf)]
             values.append(self.record("PartitionRecord", {"TopicId": tid, "PartitionId": pid, "Replicas": replicas,
                                                           "Isr": replicas, "Leader": replicas[0]}, version))
-        values += [self.record("ConfigRecord", {"ResourceType": TOPIC_RESOURCE, "ResourceName": name, "Name": k,
+        values += [self.record("ConfigRecord", {"ResourceType": TOPIC_RESOURCE_TYPE, "ResourceName": name, "Name": k,
                                                 "Value": v}) for k, v in configs.items()]
         self.emit(values, "CreateTopics")
         self.facts.live_topics[name] = tid

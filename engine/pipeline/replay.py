@@ -29,7 +29,9 @@ clusters (every key starts with ``cluster``). Rules, the same as MetadataDelta's
                 registered epoch removes the broker.
     features    the last FeatureLevelRecord per name; level 0 removes a feature (metadata.version
                 is always kept).
-    configs     the last ConfigRecord per (resource type, resource, name); a null value deletes.
+    configs     the last ConfigRecord per (resource type, resource, name); a null value deletes,
+                and a RemoveTopicRecord deletes its topic's configs set before it (Kafka's
+                MetadataDelta; the single-node loader does the same).
 
 Transactions: records between a BeginTransactionRecord and its AbortTransactionRecord, and from
 a Begin that never ends, are dropped (the markers are few: collected to the driver, turned into
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import os
 
+from kraftlog.engine.image.image import TOPIC_RESOURCE_TYPE
 from kraftlog.engine.pipeline.rows import CORRUPT_RECORD_TYPE
 
 TOPIC_TYPES = ("TopicRecord", "RemoveTopicRecord")
@@ -277,8 +280,18 @@ def _configs(recs):
 
     keys = ["cluster", "config_resource_type", "config_resource_name", "config_name"]
     last = (recs.where(F.col("record_type") == "ConfigRecord")
-            .groupBy(*keys).agg(F.max_by("config_value", "offset").alias("config_value")))
-    return last.where(F.col("config_value").isNotNull())
+            .groupBy(*keys).agg(F.max_by("config_value", "offset").alias("config_value"),
+                                F.max("offset").alias("config_offset")))
+    # A topic's configs die with it: a key survives only if written after the name's last removal.
+    names = recs.where(F.col("record_type") == "TopicRecord").select("cluster", "topic_id", "topic_name").distinct()
+    removed = (recs.where(F.col("record_type") == "RemoveTopicRecord").select("cluster", "topic_id", "offset")
+               .join(names, ["cluster", "topic_id"])
+               .groupBy("cluster", "topic_name").agg(F.max("offset").alias("removed_offset"))
+               .select("cluster", F.lit(TOPIC_RESOURCE_TYPE).cast("byte").alias("config_resource_type"),
+                       F.col("topic_name").alias("config_resource_name"), "removed_offset"))
+    last = last.join(removed, ["cluster", "config_resource_type", "config_resource_name"], "left")
+    alive = F.col("removed_offset").isNull() | (F.col("config_offset") > F.col("removed_offset"))
+    return last.where(F.col("config_value").isNotNull() & alive).drop("config_offset", "removed_offset")
 
 
 def corrupt_count(raw) -> int:
