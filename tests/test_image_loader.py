@@ -325,3 +325,24 @@ def test_a_read_only_copy_of_a_log_directory_loads_and_nothing_is_written(worklo
         os.chmod(copy, 0o755)
     assert summary(image) == summary(Loader().replay(buf))
     assert image.provenance.offset == len(base) + len(churn) - 1
+
+
+def test_side_records_replay_in_their_own_order_and_a_bad_one_is_named_or_skipped(workload):
+    """Broker records between partition changes apply as in log order (no topic record reads them);
+    a bad one among them is reported by offset, or skipped and counted with the rest applied."""
+    shape, base, churn = workload
+    changes = [v for v in churn if codec.decode_record(v).record_type == "PartitionChangeRecord"][:40]
+    fence = codec.encode_record("FenceBrokerRecord", 0, {"Id": 0, "Epoch": 100})
+    bad = codec.encode_record("UnfenceBrokerRecord", 0, {"Id": 10_000, "Epoch": 1})  # no such broker
+    noop = codec.encode_record("NoOpRecord", 0, {})
+    tail = [*changes[:20], fence, noop, bad, noop, *changes[20:]]
+    expected = replay_generic([*changes, fence], replay_generic(base), first_offset=len(base))
+    with pytest.raises(MetadataLoadError) as info:
+        loader = Loader()
+        loader.replay(to_log(base))
+        loader.replay(to_log(tail, per_batch=1, first_offset=len(base)))
+    assert info.value.offset == len(base) + 22 and info.value.record_type == "UnfenceBrokerRecord"
+    loader = Loader(skip_errors=True)
+    loader.replay(to_log(base))
+    image = loader.replay(to_log(tail, per_batch=1, first_offset=len(base)))
+    assert summary(image) == summary(expected) and image.cluster.brokers[0].fenced
