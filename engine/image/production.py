@@ -188,7 +188,7 @@ class ProductionTail:
         tids = np.frombuffer(b"".join(wl.topic_id(base, t).bytes for t in range(base.topics)), np.uint8)
         self.parts = _Partitions(replicas, np.ones(replicas.shape, bool), replicas[:, 0].copy(),
                                  np.ones(len(replicas), bool), tids.reshape(-1, 16), base.partitions_per_topic)
-        self.brokers = {b: _Broker(100 + b, uuid.UUID(int=(base.seed << 32) + b + 1)) for b in range(base.brokers)}
+        self.brokers = {b: _Broker(wl.base_broker_epoch(b), wl.base_incarnation(base, b)) for b in range(base.brokers)}
         self._events: list[tuple[int, int, Callable[[], None]]] = []
         self._seq = 0
         self._out: list[ControllerBatch] = []
@@ -349,8 +349,8 @@ class ProductionTail:
         state = self.brokers[b]
         state.epoch, state.incarnation = self.offset, uuid.UUID(int=self.rng.getrandbits(128), version=4)
         state.fenced, state.in_controlled_shutdown = True, False
-        self.emit([self.record("RegisterBrokerRecord", _registration(b, state, self.base), self.rb_version)],
-                  "RegisterBrokerRecord")
+        data = wl.registration(b, epoch=state.epoch, incarnation=state.incarnation)
+        self.emit([self.record("RegisterBrokerRecord", data, self.rb_version)], "RegisterBrokerRecord")
         self.at(self.now_ms + 2_000, lambda: self._unfence(b))
 
     def _unfence(self, b: int) -> None:
@@ -514,14 +514,6 @@ class ProductionTail:
 
 
 NOOP_VALUE = codec.encode_record("NoOpRecord", 0, {})
-
-
-def _registration(b: int, state: _Broker, base: wl.WorkloadShape) -> dict:
-    return {"BrokerId": b, "IncarnationId": state.incarnation, "BrokerEpoch": state.epoch,
-            "EndPoints": [{"Name": "PLAINTEXT", "Host": f"broker-{b}.example", "Port": 9092, "SecurityProtocol": 0}],
-            "Features": [{"Name": "metadata.version", "MinSupportedVersion": versions.MINIMUM_BOOTSTRAP,
-                          "MaxSupportedVersion": versions.LATEST}],
-            "Rack": f"rack-{b % 3}", "Fenced": True}
 
 
 def encode_batches(batches, first_offset: int, *, with_epochs: bool = False) -> Iterator:

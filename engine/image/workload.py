@@ -69,17 +69,31 @@ def topic_name(t: int) -> str:
     return f"topic-{t:06d}"
 
 
-def broker_records(shape: WorkloadShape) -> Iterator[bytes]:
-    rb_version = versions.register_broker_record_version(shape.metadata_version)
-    for b in range(shape.brokers):
-        yield codec.encode_record("RegisterBrokerRecord", rb_version, {
-            "BrokerId": b, "IncarnationId": uuid.UUID(int=(shape.seed << 32) + b + 1), "BrokerEpoch": 100 + b,
+def base_broker_epoch(b: int) -> int:
+    """The epoch broker ``b`` registers at in the base workload."""
+    return 100 + b
+
+
+def base_incarnation(shape: WorkloadShape, b: int) -> uuid.UUID:
+    return uuid.UUID(int=(shape.seed << 32) + b + 1)
+
+
+def registration(b: int, *, epoch: int, incarnation: uuid.UUID, fenced: bool = True) -> dict:
+    """RegisterBrokerRecord data of broker ``b`` (one listener, rack b mod 3)."""
+    return {"BrokerId": b, "IncarnationId": incarnation, "BrokerEpoch": epoch,
             "EndPoints": [{"Name": "PLAINTEXT", "Host": f"broker-{b}.example", "Port": 9092, "SecurityProtocol": 0}],
             "Features": [{"Name": "metadata.version", "MinSupportedVersion": versions.MINIMUM_BOOTSTRAP,
                           "MaxSupportedVersion": versions.LATEST}],
-            "Rack": f"rack-{b % 3}", "Fenced": True}, allow_loss=True)
+            "Rack": f"rack-{b % 3}", "Fenced": fenced}
+
+
+def broker_records(shape: WorkloadShape) -> Iterator[bytes]:
+    rb_version = versions.register_broker_record_version(shape.metadata_version)
     for b in range(shape.brokers):
-        yield codec.encode_record("UnfenceBrokerRecord", 0, {"Id": b, "Epoch": 100 + b})
+        yield codec.encode_record("RegisterBrokerRecord", rb_version, registration(
+            b, epoch=base_broker_epoch(b), incarnation=base_incarnation(shape, b)), allow_loss=True)
+    for b in range(shape.brokers):
+        yield codec.encode_record("UnfenceBrokerRecord", 0, {"Id": b, "Epoch": base_broker_epoch(b)})
 
 
 def assignment(shape: WorkloadShape) -> np.ndarray:
@@ -200,7 +214,7 @@ def churn(shape: WorkloadShape, changes: int, *, seed: int = 1) -> Iterator[byte
             b = rng.randrange(shape.brokers)
             kind = "UnfenceBrokerRecord" if b in fenced else "FenceBrokerRecord"
             fenced.symmetric_difference_update({b})
-            yield codec.encode_record(kind, 0, {"Id": b, "Epoch": 100 + b})
+            yield codec.encode_record(kind, 0, {"Id": b, "Epoch": base_broker_epoch(b)})
         elif roll < 0.65:  # topic delete
             t = rng.randrange(n_topics)
             if t in deleted:
