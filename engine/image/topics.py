@@ -677,17 +677,19 @@ class TopicsDelta:
                                       f"{halves_to_uuid(topic_hi[bad[0]], topic_lo[bad[0]])}:{partition_id[bad[0]]}")
         if (replica_count >= 0).any():
             self._check_plain_replica_changes(prows, replicas, replica_count)
-        rows, records = np.unique(prows, return_counts=True)
+        # One stable sort of the records by row serves every field: within a row, log order.
+        order = np.argsort(prows, kind="stable")
+        rows, records = _row_counts(prows, order, np.ones(len(prows), dtype=bool))
         p = self.partitions
         p.set_many(rows, "partition_epoch", self._gather_partitions(rows, "partition_epoch") + records)
         changed = leader != NO_LEADER_CHANGE
         if changed.any():
-            lrows, leader_changes = np.unique(prows[changed], return_counts=True)
+            lrows, leader_changes = _row_counts(prows, order, changed)
             p.set_many(lrows, "leader_epoch", self._gather_partitions(lrows, "leader_epoch") + leader_changes)
-            self._set_last(prows, changed, "leader", leader)
-        self._set_last(prows, leader_recovery_state != -1, "leader_recovery_state", leader_recovery_state)
-        self._set_last(prows, isr_count >= 0, "isr", isr)
-        self._set_last(prows, replica_count >= 0, "replicas", replicas)
+            self._set_last(prows, order, changed, "leader", leader)
+        self._set_last(prows, order, leader_recovery_state != -1, "leader_recovery_state", leader_recovery_state)
+        self._set_last(prows, order, isr_count >= 0, "isr", isr)
+        self._set_last(prows, order, replica_count >= 0, "replicas", replicas)
         self.changes.wrote(rows)
 
     def _check_plain_replica_changes(self, prows: np.ndarray, replicas: np.ndarray, replica_count: np.ndarray) -> None:
@@ -705,16 +707,16 @@ class TopicsDelta:
         if not kept.all():
             raise MetadataReplayError("bulk_change cannot give new replicas their UNASSIGNED directories")
 
-    def _set_last(self, prows: np.ndarray, mask: np.ndarray, name: str, values: np.ndarray) -> None:
-        """For every partition row, write the value of the last masked record that names it."""
-        picked = np.flatnonzero(mask)
+    def _set_last(self, prows: np.ndarray, order: np.ndarray, mask: np.ndarray, name: str,
+                  values: np.ndarray) -> None:
+        """For every partition row, write the value of the last masked record that names it
+        (``order``: the records stably sorted by row)."""
+        picked = order[mask[order]]  # masked records, by row, in log order within a row
         if not len(picked):
             return
         rows = prows[picked]
-        # np.unique on the reversed rows finds each row's last occurrence in the original order.
-        unique_rows, first_in_reversed = np.unique(rows[::-1], return_index=True)
-        last = picked[len(picked) - 1 - first_in_reversed]
-        self.partitions.set_many(unique_rows, name, values[last])
+        last = picked[np.append(rows[1:] != rows[:-1], True)]
+        self.partitions.set_many(prows[last], name, values[last])
 
     def _gather_topics(self, rows: np.ndarray, name: str) -> np.ndarray:
         return self.topics.view().gather(rows, name)
@@ -734,6 +736,13 @@ class TopicsDelta:
             directory_ids=tuple(self.directory_ids),
             live_topics=self.live_topics,
         )
+
+
+def _row_counts(prows: np.ndarray, order: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct rows, masked records per row) in row order; ``order`` stably sorts ``prows``."""
+    rows = prows[order[mask[order]]]
+    starts = np.flatnonzero(np.append(True, rows[1:] != rows[:-1]))
+    return rows[starts], np.diff(np.append(starts, len(rows)))
 
 
 def _where(offsets: np.ndarray | None, i: int) -> str:
