@@ -207,7 +207,7 @@ class ReplicaDescription:
 class DescribeQuorumResponse:
     """error_code -> ErrorCode, partition_error -> PartitionData ErrorCode, leader_id ->
     LeaderId, leader_epoch -> LeaderEpoch, high_watermark -> HighWatermark, voters ->
-    CurrentVoters, observers -> Observers."""
+    CurrentVoters, observers -> Observers, nodes -> Nodes (v2 only; the transport fills them)."""
 
     error_code: Errors
     partition_error: Errors
@@ -216,8 +216,8 @@ class DescribeQuorumResponse:
     high_watermark: int = NO_EPOCH
     voters: tuple[ReplicaDescription, ...] = ()
     observers: tuple[ReplicaDescription, ...] = ()
-    # v2's Nodes: (voter id, host, port) of each voter's endpoint, so a tool asking a follower can
-    # go on to the leader it names. The core does not know addresses: the transport fills them.
+    # (voter id, host, port) of each voter's endpoint, so a tool asking a follower can go on to the
+    # leader it names. The core does not know addresses.
     nodes: tuple[tuple[int, str, int], ...] = ()
 
 

@@ -317,13 +317,13 @@ def test_concurrent_create_topics_are_group_committed_in_arrival_order():
 
     async def scenario(controller, driver):
         rounds = []
-        inner = controller._write_proposals
+        inner = controller.executor.write_proposals
 
         async def counting(proposals):
             rounds.append(len(proposals))
             return await inner(proposals)
 
-        controller._write_proposals = counting
+        controller.executor.write_proposals = counting
         await controller.create_topics(ct_req.CreateTopicsRequest(topics=()))  # bootstrap out of the way
         before = len(driver.proposals)
         answers = await asyncio.gather(*(controller.create_topics(r) for r in requests))

@@ -144,7 +144,7 @@ def test_downgrade_safe_unsafe_floor_old_node_and_upgrade_back(fc):
     assert out.returncode == 0, (out.stdout, out.stderr)
     for i in fc.c.procs:
         asyncio.run(_until(lambda i=i: asyncio.sleep(0, "metadata.version lowered from 4.1-IV0 to 3.7-IV0"
-                                                       in fc.c.stderr_of(i)), 15, f"node {i} reloaded at 3.7-IV0"))
+                                                       in fc.c.stderr_of(i)), 60, f"node {i} reloaded at 3.7-IV0"))
         assert re.search(r"downgrade to 3\.7-IV0 dropped RegisterBrokerRecord broker 10[12]: LogDirs",
                          fc.c.stderr_of(i)), fc.c.stderr_of(i)[-3000:]
 

@@ -17,9 +17,10 @@ import struct
 import sys
 
 from kraftlog.engine.cli.tools.common import ToolError, add_command, pipe_safe
-from kraftlog.engine.client.tail import MetadataLogTail, TailError, TailGap, parse_servers
-from kraftlog.engine.records import metadata as codec
 from kraftlog.errors import KraftlogError
+
+# engine/client/tail.py and the record codec are imported when the command runs: registering the
+# group must stay cheap (`kraftlog --help` imports no asyncio or numpy)
 
 EXAMPLE = """examples:
   kraftlog log tail --bootstrap-server 127.0.0.1:9092
@@ -46,6 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_tail(args: argparse.Namespace) -> int:
+    from kraftlog.engine.client.tail import TailError, parse_servers
+
     try:
         servers = parse_servers(args.bootstrap_server)
     except ValueError as exc:
@@ -63,6 +66,8 @@ def run_tail(args: argparse.Namespace) -> int:
 
 
 async def _follow(servers, args: argparse.Namespace) -> int:
+    from kraftlog.engine.client.tail import MetadataLogTail, TailGap
+
     tail = MetadataLogTail(servers, from_offset=args.from_offset, rack=args.rack,
                            give_up_after_ms=args.give_up_after_ms)
     left = args.max_records
@@ -90,6 +95,8 @@ async def _follow(servers, args: argparse.Namespace) -> int:
 
 
 def _record(offset: int, epoch: int, control: bool, value: bytes) -> dict:
+    from kraftlog.engine.records import metadata as codec
+
     head = {"offset": offset, "epoch": epoch} | ({"control": True} if control else {})
     try:
         record = codec.decode_control(LEADER_CHANGE_KEY, value) if control else codec.decode_record(value)
