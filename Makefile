@@ -18,7 +18,7 @@ install: $(BUILD_STAMP) $(ETCD_STAMP)
 $(DEPS_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip "setuptools>=77" wheel "cython>=3.0"
-	$(PIP) install -q --no-build-isolation -e ".[test,bench]"
+	$(PIP) install -q --no-build-isolation -e ".[test,bench,spark]"
 	touch $@
 
 # Our own native build: whenever a .pyx/.h/.c or setup.py changes (editable, in place).
