@@ -13,6 +13,7 @@ import sys
 
 from kraftlog import __version__
 from kraftlog.errors import KraftlogError
+from kraftlog.extras import missing_module_text
 
 # group name -> (module that defines `register(subparsers)`, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -57,13 +58,31 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.run(args) or EXIT_OK)
     except KraftlogError as exc:
-        if args.debug:
+        return _fail(args, str(exc))
+    except ModuleNotFoundError as exc:
+        # A command whose optional extra is not installed (kraftlog spark without kraftlog[spark]).
+        text = missing_module_text(exc)
+        if text is None:
             raise
-        print(f"kraftlog {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return _fail(args, text)
     except KeyboardInterrupt:
         print(f"kraftlog {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def command_words(args: argparse.Namespace) -> str:
+    """'kraftlog spark replay': the group and its subcommand as typed (each group's subcommand
+    parser stores its name in ``<group>_command``)."""
+    sub = getattr(args, f"{args.command}_command", None)
+    return " ".join(["kraftlog", args.command, *([sub] if sub else [])])
+
+
+def _fail(args: argparse.Namespace, text: str) -> int:
+    """One line on stderr and exit 1; with --debug, the traceback of the exception being handled."""
+    if args.debug:
+        raise
+    print(f"{command_words(args)}: error: {text}", file=sys.stderr)
+    return EXIT_ERROR
 
 
 if __name__ == "__main__":
