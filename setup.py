@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 FOLDERS = {"kraftlog": "csrc", "kraftlog.engine": "engine", "kraftlog.raft": "raft", "kraftlog.bench": "bench"}
@@ -33,6 +34,15 @@ def _packages() -> tuple[list[str], dict[str, str]]:
             parts = [] if rel == Path(".") else list(rel.parts)
             packages.append(".".join([name, *parts]))
     return packages, package_dir
+
+
+class BuildPyWithoutTests(build_py):
+    """Leave pytest files (bench/test_*.py, run by `make bench` from the checkout) out of the wheel
+    and the sdist: a user's site-packages holds what kraftlog runs, not its test suites."""
+
+    def find_package_modules(self, package, package_dir):
+        modules = super().find_package_modules(package, package_dir)
+        return [(pkg, module, path) for pkg, module, path in modules if not module.startswith("test_")]
 
 
 def _flag(name: str) -> bool:
@@ -77,4 +87,5 @@ setup(
     package_data={"kraftlog": ["*.pyi", "py.typed"]},
     exclude_package_data={"kraftlog": ["*.pyx", "*.pxd", "*.c", "*.h"]},
     ext_modules=_extensions(),
+    cmdclass={"build_py": BuildPyWithoutTests},
 )

@@ -6,6 +6,7 @@ virtual environment, runs on the native code (KRAFTLOG_REQUIRE_EXTENSIONS=1)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -23,6 +24,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # Generated C is csrc/_*.c: the build makes it from the .pyx, so the sdist must not carry a stale copy.
 NATIVE_SOURCE_SUFFIXES = (".pyx", ".pxd", ".pyi", ".h", ".c")
 BUILD_TIMEOUT_S = 900  # two isolated build environments plus five extensions at -O2 on a loaded 2-core box
+# What a clean clone lacks: the build starts from the sources alone and writes nothing into the checkout
+# (a kraftlog.egg-info it left at the root would shadow the installed metadata for `python -m pytest`).
+NOT_SOURCES = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache",
+                                     ".hypothesis", ".benchmarks", "*.so", "_*.c", "*.html", "bench-results",
+                                     "kraftlog-demo-data")
 
 pytestmark = pytest.mark.slow
 
@@ -44,8 +50,9 @@ def _run(cmd: list[str], timeout_s: int, **kwargs) -> subprocess.CompletedProces
 def dists(tmp_path_factory: pytest.TempPathFactory) -> Dists:
     """`python -m build` with no flags: the sdist first, then the wheel built from the unpacked sdist,
     each in a fresh isolated environment holding only pyproject.toml's build requirements."""
-    out = tmp_path_factory.mktemp("dist")
-    _run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)], BUILD_TIMEOUT_S, cwd=ROOT)
+    source, out = tmp_path_factory.mktemp("source") / "kraftlog", tmp_path_factory.mktemp("dist")
+    shutil.copytree(ROOT, source, ignore=NOT_SOURCES)
+    _run([sys.executable, "-m", "build", "--outdir", str(out), str(source)], BUILD_TIMEOUT_S, cwd=source)
     (sdist,) = out.glob("kraftlog-*.tar.gz")
     (wheel,) = out.glob("kraftlog-*.whl")
     return Dists(sdist, wheel)
@@ -66,7 +73,7 @@ def test_sdist_holds_every_native_source(dists: Dists):
     assert needed - names == set(), "the sdist lacks native sources"
     assert not {n for n in names if n.startswith("csrc/_") and n.endswith(".c")}, "generated C in the sdist"
     assert not {n for n in names if n.endswith(".so")}
-    assert {"setup.py", "pyproject.toml", "README.md"} <= names
+    assert {"setup.py", "pyproject.toml", "README.md", "LICENSE"} <= names
 
 
 def test_wheel_from_the_sdist_holds_only_the_kraftlog_root(dists: Dists):
@@ -83,6 +90,19 @@ def test_wheel_from_the_sdist_holds_only_the_kraftlog_root(dists: Dists):
                 "engine/protocol", "engine/client", "engine/cli", "engine/cli/tools", "engine/cli/demo_parts"):
         assert f"kraftlog/{sub}/__init__.py" in names
     assert not any(n.endswith((".pyx", ".pxd", ".c", ".h")) for n in names)
+    # test suites stay in the checkout; engine/node/localcluster.py ships: `kraftlog bench` starts nodes with it
+    assert not [n for n in names if Path(n).name.startswith(("test_", "conftest"))]
+    assert "kraftlog/engine/node/localcluster.py" in names
+
+
+def test_the_wheel_carries_the_license(dists: Dists):
+    info = f"kraftlog-{__version__}.dist-info"
+    with zipfile.ZipFile(dists.wheel) as whl:
+        license_text = whl.read(f"{info}/licenses/LICENSE").decode()
+        fields = whl.read(f"{info}/METADATA").decode().split("\n\n")[0].splitlines()
+    assert license_text == (ROOT / "LICENSE").read_text()
+    assert "Apache License" in license_text and "Version 2.0, January 2004" in license_text
+    assert {"License-Expression: Apache-2.0", "License-File: LICENSE"} <= set(fields)
 
 
 # Runs in the fresh venv: a batch built, appended to a log, read back, on the native modules only.
