@@ -2,7 +2,11 @@
 
 Each group lives in its own module and registers itself in COMMANDS; the parser imports a group's
 module only when that group runs, so `kraftlog --version` and `--help` stay fast. Every operating
-error ends as one line on stderr and a non-zero exit; `--debug` shows the traceback instead.
+error ends as one line on stderr and a non-zero exit; `--debug` shows the traceback instead. The
+expected failures are caught once, here: our typed errors (KraftlogError), a missing optional
+extra, and OSError (an unreadable directory, an address in use, a host that does not resolve);
+a closed output pipe ends the command quietly. Bad values never get this far: each is refused
+where it is parsed (engine/cli/values.py).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import importlib
 import sys
 
 from kraftlog import __version__
+from kraftlog.engine.cli.tools.common import drop_stdout
 from kraftlog.errors import KraftlogError
 from kraftlog.extras import missing_module_text
 
@@ -65,9 +70,21 @@ def main(argv: list[str] | None = None) -> int:
         if text is None:
             raise
         return _fail(args, text)
+    except BrokenPipeError:  # the reader of our output went away (`... | head`): not an error
+        drop_stdout()
+        return EXIT_OK
+    except OSError as exc:  # unreadable or unwritable paths, a full disk, an address in use or unknown
+        return _fail(args, _os_error_text(exc))
     except KeyboardInterrupt:
         print(f"kraftlog {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _os_error_text(exc: OSError) -> str:
+    """'<path>: Permission denied' (both paths of a rename), else the system's words alone."""
+    words = exc.strerror or str(exc)
+    paths = [str(p) for p in (exc.filename, exc.filename2) if p is not None]
+    return f"{' -> '.join(paths)}: {words}" if paths else words
 
 
 def command_words(args: argparse.Namespace) -> str:

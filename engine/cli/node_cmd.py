@@ -29,29 +29,54 @@ from __future__ import annotations
 
 import argparse
 
+from kraftlog.engine.cli import values
 from kraftlog.engine.cli.tools.common import ToolError, add_command, add_commands
 from kraftlog.engine.node import tls
 
 _EXAMPLE = ("example: kraftlog node run --node-id 1 --controller-quorum-voters "
             "1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095 --dir /tmp/n1")
 
+_MS, _BYTES = values.positive("ms"), values.positive("bytes")
+# flag dest -> converter: the one check of each value, for its flag and its --config key alike
+_CONVERTERS = {
+    "node_id": values.node_id,
+    "controller_quorum_voters": values.voters,
+    "listen": values.host_port,
+    "listen_fd": values.listen_fd,
+    "election_timeout_ms": _MS,
+    "fetch_timeout_ms": _MS,
+    "request_timeout_ms": _MS,
+    "fetch_max_wait_ms": values.non_negative("ms"),
+    "session_timeout_ms": _MS,
+    "heartbeat_interval_ms": _MS,
+    "snapshot_max_new_bytes": _BYTES,
+    "snapshot_interval_ms": _MS,
+    "metrics_port": values.port,
+    "max_frame_bytes": _BYTES,
+    "log_level": values.log_level,
+    "auto_leader_rebalance_enable": values.boolean,
+    "leader_imbalance_check_interval_seconds": values.positive("seconds"),
+    "leader_imbalance_per_broker_percentage": values.percentage,
+}
 # properties key -> (argparse dest, converter)
 _PROPERTIES = {
-    "node.id": ("node_id", int),
+    "node.id": ("node_id", values.node_id),
     "process.roles": ("process_roles", str),
-    "controller.quorum.voters": ("controller_quorum_voters", str),
+    "controller.quorum.voters": ("controller_quorum_voters", values.voters),
     "log.dirs": ("dir", lambda v: v.split(",")[0].strip()),
-    "listeners": ("listen", lambda v: v.split(",")[0].strip().split("://", 1)[-1]),
+    "listeners": ("listen", values.listener),
     "broker.rack": ("rack", str),
     "cluster.id": ("cluster_id", str),
-    "broker.session.timeout.ms": ("session_timeout_ms", int),
-    "broker.heartbeat.interval.ms": ("heartbeat_interval_ms", int),
-    "metadata.log.max.record.bytes.between.snapshots": ("snapshot_max_new_bytes", int),
-    "metadata.log.max.snapshot.interval.ms": ("snapshot_interval_ms", int),
-    "socket.request.max.bytes": ("max_frame_bytes", int),
-    "auto.leader.rebalance.enable": ("auto_leader_rebalance_enable", lambda v: _boolean(v)),
-    "leader.imbalance.check.interval.seconds": ("leader_imbalance_check_interval_seconds", int),
-    "leader.imbalance.per.broker.percentage": ("leader_imbalance_per_broker_percentage", int),
+    "broker.session.timeout.ms": ("session_timeout_ms", _CONVERTERS["session_timeout_ms"]),
+    "broker.heartbeat.interval.ms": ("heartbeat_interval_ms", _CONVERTERS["heartbeat_interval_ms"]),
+    "metadata.log.max.record.bytes.between.snapshots": ("snapshot_max_new_bytes", _CONVERTERS["snapshot_max_new_bytes"]),
+    "metadata.log.max.snapshot.interval.ms": ("snapshot_interval_ms", _CONVERTERS["snapshot_interval_ms"]),
+    "socket.request.max.bytes": ("max_frame_bytes", _CONVERTERS["max_frame_bytes"]),
+    "auto.leader.rebalance.enable": ("auto_leader_rebalance_enable", _CONVERTERS["auto_leader_rebalance_enable"]),
+    "leader.imbalance.check.interval.seconds": ("leader_imbalance_check_interval_seconds",
+                                                _CONVERTERS["leader_imbalance_check_interval_seconds"]),
+    "leader.imbalance.per.broker.percentage": ("leader_imbalance_per_broker_percentage",
+                                               _CONVERTERS["leader_imbalance_per_broker_percentage"]),
 }
 _DEFAULTS = {"election_timeout_ms": 1000, "fetch_timeout_ms": 2000, "request_timeout_ms": 2000,
              "fetch_max_wait_ms": 500, "session_timeout_ms": 9000, "heartbeat_interval_ms": 2000,
@@ -68,19 +93,19 @@ def register(parser: argparse.ArgumentParser) -> None:
                       "formatted by kraftlog storage format", _EXAMPLE, run_node)
     run.add_argument("--config", default=None, metavar="FILE",
                      help="a properties file with Kafka's setting names (flags win over it)")
-    run.add_argument("--node-id", type=int, default=None, metavar="N", help="this node's id")
+    run.add_argument("--node-id", type=values.node_id, default=None, metavar="N", help="this node's id")
     run.add_argument("--process-roles", default=None, metavar="ROLES",
                      help="controller, broker or broker,controller (default: both for a one-voter quorum of "
                           "this node, controller for a voter, broker otherwise)")
-    run.add_argument("--controller-quorum-voters", default=None, metavar="ID@HOST:PORT,...",
+    run.add_argument("--controller-quorum-voters", type=values.voters, default=None, metavar="ID@HOST:PORT,...",
                      help="every controller: id@host:port, comma separated")
     run.add_argument("--dir", default=None, metavar="DIR", help="the formatted node directory")
     run.add_argument("--cluster-id", default=None, metavar="ID",
                      help="refuse to start unless meta.properties holds this cluster id")
     where = run.add_mutually_exclusive_group()
-    where.add_argument("--listen", default=None, metavar="HOST:PORT",
+    where.add_argument("--listen", type=values.host_port, default=None, metavar="HOST:PORT",
                        help="where to listen (default: this node's voter address; a broker 127.0.0.1:0)")
-    where.add_argument("--listen-fd", type=int, default=None, metavar="FD",
+    where.add_argument("--listen-fd", type=values.listen_fd, default=None, metavar="FD",
                        help="an inherited, bound and listening socket (tests use ephemeral ports this way)")
     run.add_argument("--rack", default=None, help="this node's rack (broker.rack): places replicas on brokers, and lets a "
                      "broker fetch the metadata log from a voter of its own rack (KIP-392)")
@@ -91,26 +116,29 @@ def register(parser: argparse.ArgumentParser) -> None:
                        ("--heartbeat-interval-ms", "how often a broker heartbeats (broker.heartbeat.interval.ms)"),
                        ("--snapshot-max-new-bytes", "write a snapshot after this many bytes of new log"),
                        ("--snapshot-interval-ms", "... or after this long with new log")):
-        run.add_argument(flag, type=int, default=None, help=what)
-    run.add_argument("--auto-leader-rebalance-enable", type=_boolean, default=None, metavar="true|false",
+        run.add_argument(flag, type=_CONVERTERS[flag[2:].replace("-", "_")], default=None, help=what)
+    run.add_argument("--auto-leader-rebalance-enable", type=values.boolean, default=None, metavar="true|false",
                      help="move leaderships back to preferred replicas (auto.leader.rebalance.enable; default true)")
-    run.add_argument("--leader-imbalance-check-interval-seconds", type=int, default=None, metavar="S",
+    run.add_argument("--leader-imbalance-check-interval-seconds",
+                     type=_CONVERTERS["leader_imbalance_check_interval_seconds"], default=None, metavar="S",
                      help="how often the active controller heals ISRs and checks leader balance "
                           "(leader.imbalance.check.interval.seconds; default 300)")
-    run.add_argument("--leader-imbalance-per-broker-percentage", type=int, default=None, metavar="P",
+    run.add_argument("--leader-imbalance-per-broker-percentage",
+                     type=_CONVERTERS["leader_imbalance_per_broker_percentage"], default=None, metavar="P",
                      help="rebalance a broker's preferred leaderships once more than P%% of them are led "
                           "elsewhere (leader.imbalance.per.broker.percentage; default 10)")
     run.add_argument("--max-metadata-version", default=None, metavar="V",
                      help="advertise metadata.version support only up to V (a name like 3.9-IV0 or a level): "
                           "plays a node of an older release, e.g. to test upgrade/downgrade checks")
-    run.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+    run.add_argument("--metrics-port", type=values.port, default=None, metavar="PORT",
                      help="serve Prometheus metrics at http://<listen host>:PORT/metrics (0: any free port, "
                           "logged at start); off when not given")
-    run.add_argument("--max-frame-bytes", type=int, default=None, metavar="N",
+    run.add_argument("--max-frame-bytes", type=_CONVERTERS["max_frame_bytes"], default=None, metavar="N",
                      help="refuse (close the connection of) a request frame above this size "
                           "(socket.request.max.bytes; default 100 MiB)")
     tls.add_tls_arguments(run)
-    run.add_argument("--log-level", default=None)
+    run.add_argument("--log-level", type=values.log_level, default=None, metavar="LEVEL",
+                     help=f"{', '.join(values.LOG_LEVELS)} (default INFO)")
 
 
 def resolve(args: argparse.Namespace) -> argparse.Namespace:
@@ -125,8 +153,8 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
                 continue
             try:
                 setattr(args, dest, convert(value))
-            except ValueError:
-                raise ToolError(f"{args.config}: {key}={value!r} is not valid") from None
+            except (ValueError, values.Bad) as exc:
+                raise ToolError(f"{args.config}: {key}={value}: {exc}") from None
     for dest, value in _DEFAULTS.items():
         if getattr(args, dest) is None:
             setattr(args, dest, value)
@@ -140,20 +168,14 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
-def _boolean(text: str) -> bool:
-    """A Kafka boolean setting: true or false (any case)."""
-    value = text.strip().lower()
-    if value not in ("true", "false"):
-        raise ValueError(f"{text!r} is not true or false")
-    return value == "true"
-
-
 def _read_properties(path: str) -> dict[str, str]:
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
     except OSError as exc:
         raise ToolError(f"--config {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ToolError(f"--config {path}: not a text properties file (byte {exc.start} is not UTF-8)") from None
     out = {}
     for number, line in enumerate(lines, 1):
         text = line.strip()

@@ -63,10 +63,14 @@ def parse_uuid(text: str, what: str) -> uuid.UUID:
 def read(directory: str) -> dict[str, str] | None:
     """The properties of ``directory``/meta.properties, or None when there is no such file."""
     path = os.path.join(directory, META_PROPERTIES)
-    if not os.path.exists(path):
-        return None
     props: dict[str, str] = {}
-    with open(path, encoding="latin-1") as f:
+    # open, not os.path.exists: a file this user may not read raises PermissionError here instead
+    # of reading as "not formatted", whose advice (format it) would destroy the node's data
+    try:
+        f = open(path, encoding="latin-1")  # noqa: SIM115 - closed by the with below
+    except FileNotFoundError:
+        return None
+    with f:
         for number, raw in enumerate(f, 1):
             line = raw.strip()
             if not line or line[0] in "#!":

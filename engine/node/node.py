@@ -72,7 +72,7 @@ from kraftlog.engine.controller.features import (
 from kraftlog.engine.controller.registration import ControllerRegistrar, handle_controller_registration
 from kraftlog.engine.image import versions
 from kraftlog.engine.layout import METADATA_LOG_DIRNAME, SNAPSHOT_DIRNAME
-from kraftlog.engine.node.raftnode import RaftNode, parse_voters
+from kraftlog.engine.node.raftnode import RaftNode, listening_socket, parse_voters
 from kraftlog.engine.node.raftnode import serve as serve_node
 from kraftlog.engine.protocol import older_versions
 from kraftlog.engine.protocol.apis import (
@@ -676,6 +676,7 @@ async def serve(args) -> int:
     from kraftlog.engine.node import tls
 
     server_ssl, client_ssl = tls.server_context(args), tls.client_context(args)
+    sock = listening_socket(args.listen_fd, args.listen, voters.get(args.node_id, ("127.0.0.1", 0)))
     try:
         node = MetadataNode(args.node_id, voters, args.dir, cluster_id=cluster_id, roles=roles, config=config,
                             controller_config=ControllerConfig(
@@ -690,8 +691,12 @@ async def serve(args) -> int:
                             transport_config=TransportConfig(max_frame_bytes=args.max_frame_bytes),
                             server_ssl=server_ssl, client_ssl=client_ssl)
     except ValueError as exc:  # timeouts that cannot work together (RaftNode says which)
+        sock.close()
         raise NodeError(str(exc)) from None
-    await serve_node(node, args.listen_fd, args.listen, voters.get(args.node_id, ("127.0.0.1", 0)))
+    except BaseException:
+        sock.close()
+        raise
+    await serve_node(node, sock)
     image = node.image
     log.info("stopped at offset %d: %d topics, %d partitions, %d brokers", node.machine.next_offset,
              image.topics.live_topics, image.topics.partition_count, len(image.cluster.brokers))

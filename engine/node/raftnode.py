@@ -59,15 +59,32 @@ log = logging.getLogger("kraftlog.raftnode")
 _SNAP = struct.Struct(">qqI")  # snapshot payload of CountingStateMachine: next offset, records, digest
 
 
+PORT_MAX = 65535
+VOTER_ID_MAX = (1 << 31) - 1  # an int32 on the wire
+
+
 def parse_voters(text: str) -> dict[int, tuple[str, int]]:
-    """``1@host:port,2@host:port`` -> {1: (host, port), ...}."""
-    out = {}
-    for item in text.split(","):
-        node, _, address = item.strip().partition("@")
-        host, _, port = address.rpartition(":")
-        if not node.isdigit() or not host or not port.isdigit():
-            raise ValueError(f"voter {item!r} is not id@host:port")
-        out[int(node)] = (host, int(port))
+    """``1@host:port,2@host:port`` -> {1: (host, port), ...}; ValueError naming the bad voter.
+    Ids and addresses must be distinct and ports 1..65535 (a voter is dialled there): a repeated id
+    would make a one-voter quorum that elects itself beside the real one, a repeated address two
+    voters that are one process."""
+    out: dict[int, tuple[str, int]] = {}
+    for raw in text.split(","):
+        item = raw.strip()
+        ident, at, address = item.partition("@")
+        host, colon, port = address.rpartition(":")
+        if not at or not colon or not host or not ident.isdigit() or not port.isdigit():
+            raise ValueError(f"voter {item!r} is not ID@HOST:PORT")
+        voter, voter_port = int(ident), int(port)
+        if voter > VOTER_ID_MAX:
+            raise ValueError(f"voter {item!r}: the id is not 0..{VOTER_ID_MAX}")
+        if not 1 <= voter_port <= PORT_MAX:
+            raise ValueError(f"voter {item!r}: the port is not 1..{PORT_MAX}")
+        if voter in out:
+            raise ValueError(f"voter id {voter} is given twice in {text!r}")
+        if (host, voter_port) in out.values():
+            raise ValueError(f"voter address {host}:{voter_port} is given twice in {text!r}")
+        out[voter] = (host, voter_port)
     return out
 
 
@@ -167,15 +184,31 @@ class NodeFailedError(RaftError):
     quorum-state write, ...): the process exits non-zero with this one line."""
 
 
-async def serve(node: RaftNode, listen_fd: int | None, listen: str | None, default_address: tuple[str, int]) -> None:
-    """Run ``node`` as a process: listen on the inherited socket ``listen_fd`` or on ``listen``
-    (HOST:PORT, default ``default_address``), print ``READY node=<id> port=<port>`` (tests and the
-    demo wait for it), and on SIGTERM/SIGINT stop, resigning first if it leads."""
+class ListenError(RaftError):
+    """The address a node was told to listen on cannot be used (in use, unresolvable, not allowed)."""
+
+
+LISTEN_BACKLOG = 100  # asyncio's default for create_server
+
+
+def listening_socket(listen_fd: int | None, listen: str | None, default_address: tuple[str, int]) -> socket.socket:
+    """The socket a node serves on: the inherited, listening ``listen_fd``, or ``listen`` (HOST:PORT,
+    default ``default_address``) bound here. Made before the node opens its log, so an address that
+    cannot be used is refused (ListenError naming it) before any data is touched."""
     if listen_fd is not None:
-        port = await node.start(sock=socket.socket(fileno=listen_fd))
-    else:
-        host, _, port_text = (listen or f"{default_address[0]}:{default_address[1]}").rpartition(":")
-        port = await node.start(host=host, port=int(port_text))
+        return socket.socket(fileno=listen_fd)
+    host, _, port = (listen or f"{default_address[0]}:{default_address[1]}").rpartition(":")
+    try:
+        return socket.create_server((host, int(port)), backlog=LISTEN_BACKLOG)
+    except OSError as exc:  # socket.gaierror (an unresolvable host) is an OSError too
+        raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+async def serve(node: RaftNode, sock: socket.socket) -> None:
+    """Run ``node`` as a process: serve on ``sock`` (see listening_socket), print ``READY
+    node=<id> port=<port>`` (tests and the demo wait for it), and on SIGTERM/SIGINT stop, resigning
+    first if it leads."""
+    port = await node.start(sock=sock)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -381,9 +414,10 @@ async def _main(args) -> int:
                         fetch_max_wait_ms=args.fetch_max_wait_ms)
     driver_config = DriverConfig(linger_ms=args.linger_ms, max_batch_records=args.max_batch_records,
                                  max_batch_bytes=args.max_batch_bytes)
+    sock = listening_socket(args.listen_fd, args.listen, voters.get(args.node_id, ("127.0.0.1", 0)))
     node = RaftNode(args.node_id, voters, args.dir, cluster_id=args.cluster_id, config=config,
                     driver_config=driver_config)
-    await serve(node, args.listen_fd, args.listen, voters.get(args.node_id, ("127.0.0.1", 0)))
+    await serve(node, sock)
     log.info("stopped; %d records committed here, next offset %d", node.machine.records, node.machine.next_offset)
     return 0
 
@@ -395,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
                         format=f"%(asctime)s node{args.node_id} %(name)s %(levelname)s %(message)s")
     try:
         return asyncio.run(_main(args))
-    except NodeFailedError as exc:
+    except (NodeFailedError, ListenError) as exc:
         print(f"raftnode: error: {exc}", file=sys.stderr)
         return 1
 

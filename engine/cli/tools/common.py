@@ -107,12 +107,28 @@ def pipe_safe(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
             sys.stdout.flush()
             return code
         except BrokenPipeError:
-            # Point stdout at /dev/null so the interpreter's final flush does not fail again.
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
+            drop_stdout()
             return EXIT_OK
 
     return wrapper
+
+
+def drop_stdout() -> None:
+    """After a reader closed the pipe (`... | head`): point stdout at /dev/null so the interpreter's
+    final flush does not fail again, and the command ends quietly."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def exists(path: str) -> bool:
+    """os.path.exists, except that a path this user may not look at raises PermissionError (the
+    command line prints it as one line) instead of reading as missing: "does not exist" about a
+    file that does exist sends an operator to recreate it."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return True
 
 
 def warn(command: str, message: str) -> None:
@@ -131,7 +147,7 @@ def is_segment_name(name: str) -> bool:
 def resolve_log_dir(path: str) -> str:
     """The partition directory holding the segments: ``path`` itself, or its Kafka-style
     ``__cluster_metadata-0`` subdirectory. Raises NotALogDirectoryError naming what is wrong."""
-    if not os.path.exists(path):
+    if not exists(path):
         raise NotALogDirectoryError(f"{path} does not exist")
     if not os.path.isdir(path):
         raise NotALogDirectoryError(f"{path} is not a directory")

@@ -31,7 +31,7 @@ import sys
 from collections.abc import Callable
 
 from kraftlog.engine.cli.tools import segments
-from kraftlog.engine.cli.tools.common import ToolError
+from kraftlog.engine.cli.tools.common import ToolError, exists
 from kraftlog.engine.records import batch as batch_codec
 from kraftlog.engine.records import metadata as codec
 from kraftlog.engine.records.compression import CODEC_NAMES
@@ -63,7 +63,7 @@ _SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 def check_files(paths: list[str]) -> None:
     """Refuse before printing anything: a missing file, a directory, an unknown kind of file."""
     for path in paths:
-        if not os.path.exists(path):
+        if not exists(path):
             raise ToolError(f"{path} does not exist")
         if os.path.isdir(path):
             raise ToolError(f"{path} is a directory; dump takes files (e.g. {path}/00000000000000000000.log), "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from kraftlog.engine.cli import values
 from kraftlog.engine.cli.tools.common import (
     REPAIR_HINT,
     CorruptLogError,
@@ -26,7 +27,11 @@ from kraftlog.engine.cli.tools.common import (
 DUMP_EXAMPLE = """examples:
   kraftlog log dump /tmp/meta/00000000000000000000.log
   kraftlog log dump --json /tmp/meta/00000000000000000000.log | jq 'select(.kind == "record")'
-  kraftlog log dump /tmp/meta/00000000000000120000-0000000001.checkpoint"""
+  kraftlog log dump /tmp/meta/00000000000000120000-0000000001.checkpoint
+
+As Kafka's kafka-dump-log, dump exits 0 whatever the bytes hold (random bytes, a torn tail, an
+index pointing nowhere): each problem is a line of its output. For an exit status that says
+whether a log is sound, use kraftlog log verify."""
 VERIFY_EXAMPLE = "example: kraftlog log verify /tmp/meta"
 REPAIR_EXAMPLE = """example: kraftlog log repair /tmp/meta --truncate-at-first-corruption
 
@@ -42,7 +47,7 @@ def register(parser: argparse.ArgumentParser) -> None:
                       help=".log segments, .checkpoint snapshots, .index / .timeindex files")
     dump.add_argument("--json", action="store_true", help="one JSON object per line instead of Kafka's text")
     dump.add_argument("--batches-only", action="store_true", help="batch lines only (Kafka's shallow iteration)")
-    dump.add_argument("--max-bytes", type=int, default=None, metavar="N",
+    dump.add_argument("--max-bytes", type=values.positive("bytes"), default=None, metavar="N",
                       help="read at most N bytes of each file (whole batches only)")
 
     verify = add_command(sub, "verify", "check a log directory: every CRC, every record decodes, offsets continuous "

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kraftlog.engine.cli.tools.common import exists
 from kraftlog.engine.log.epoch_cache import CHECKPOINT_NAME as EPOCH_CHECKPOINT_NAME
 from kraftlog.engine.log.epoch_cache import LeaderEpochCache
 from kraftlog.engine.log.fs import RealFileSystem
@@ -244,7 +245,7 @@ def _index_problem(seg: SegmentScan, i: int, result: LogDirScan) -> Problem | No
     stem = os.path.join(os.path.dirname(seg.path), segment_name(seg.base_offset))
     for suffix, check in ((INDEX_SUFFIX, _check_offset_index), (TIME_INDEX_SUFFIX, _check_time_index)):
         path = stem + suffix
-        if not os.path.exists(path):
+        if not exists(path):
             result.notes.append(f"{os.path.basename(path)} is missing (the next open rebuilds it)")
             continue
         entries = _read_entries(path, OFFSET_ENTRY if suffix == INDEX_SUFFIX else TIME_ENTRY)

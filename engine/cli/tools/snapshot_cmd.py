@@ -33,6 +33,7 @@ from kraftlog.engine.cli.tools.common import (
     add_command,
     add_commands,
     add_quiet,
+    exists,
     is_segment_name,
     pipe_safe,
     show_progress,
@@ -146,7 +147,7 @@ def resolve_store(path: str, *, create: bool = False) -> str:
 
     With ``create``, a metadata log directory without a store gets one (what import needs);
     anything else that holds no store is a NoSnapshotStoreError naming where it looked."""
-    if not os.path.exists(path):
+    if not exists(path):
         raise NoSnapshotStoreError(f"{path} does not exist")
     if not os.path.isdir(path):
         raise NoSnapshotStoreError(f"{path} is not a directory; give a node directory, its "
@@ -423,7 +424,7 @@ def run_import(args: argparse.Namespace) -> int:
 
     path = args.file
     if not os.path.isfile(path):
-        raise ToolError(f"{path} does not exist" if not os.path.exists(path) else f"{path} is not a file")
+        raise ToolError(f"{path} does not exist" if not exists(path) else f"{path} is not a file")
     sid = args.snapshot or parse_checkpoint_name(path)
     if sid is None:
         raise ToolError(f"{path}: the name is not <20-digit end offset>-<10-digit epoch>.checkpoint; give the id "

@@ -11,12 +11,14 @@ from __future__ import annotations
 import argparse
 import os
 
+from kraftlog.engine.cli import values
 from kraftlog.engine.cli.tools.common import (
     METADATA_LOG_DIRNAME,
     NotALogDirectoryError,
     ToolError,
     add_command,
     add_commands,
+    exists,
     is_segment_name,
     pipe_safe,
 )
@@ -38,7 +40,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                       "--node-id 1 --dir /tmp/n1", pipe_safe(run_format))
     fmt.add_argument("--cluster-id", "-t", required=True, metavar="ID",
                      help="the cluster id (from kraftlog storage random-uuid)")
-    fmt.add_argument("--node-id", type=int, required=True, metavar="N", help="this node's id (>= 0)")
+    fmt.add_argument("--node-id", type=values.node_id, required=True, metavar="N",
+                     help=f"this node's id (0..{values.INT32_MAX})")
     fmt.add_argument("--dir", required=True, metavar="DIR", help="the directory to format (created if missing)")
     fmt.add_argument("--force", action="store_true",
                      help="format even if the directory is formatted or holds data (other files are kept)")
@@ -61,10 +64,8 @@ def run_format(args: argparse.Namespace) -> int:
     from kraftlog.engine.records.schema import uuid_to_kafka
 
     metaprops.parse_uuid(args.cluster_id, "--cluster-id")
-    if args.node_id < 0:
-        raise ToolError(f"--node-id must be >= 0, got {args.node_id}")
     directory = args.dir
-    if os.path.exists(directory) and not os.path.isdir(directory):
+    if exists(directory) and not os.path.isdir(directory):
         raise ToolError(f"{directory} exists and is not a directory")
     existing = metaprops.read(directory) if os.path.isdir(directory) else None
     if not args.force:
@@ -87,7 +88,7 @@ def run_info(args: argparse.Namespace) -> int:
     from kraftlog.engine.node import metaprops
 
     directory = args.dir
-    if not os.path.exists(directory):
+    if not exists(directory):
         raise NotALogDirectoryError(f"{directory} does not exist")
     if not os.path.isdir(directory):
         raise NotALogDirectoryError(f"{directory} is not a directory")
