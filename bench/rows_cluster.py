@@ -291,7 +291,7 @@ def bytecode_launcher(root: str) -> list[str]:
 
 
 # what `kraftlog node run` imports before it serves, timed inside the probe process
-_IMPORTS = ("import time; t = time.perf_counter(); from kraftlog.engine.cli import main as cli; cli.build_parser(); "
+_IMPORTS = ("import time; t = time.perf_counter(); from kraftlog.engine.cli import main as cli; cli.build_parser(['node', 'run']); "
             "import kraftlog.engine.node.node; print(time.perf_counter() - t)")
 
 

@@ -9,7 +9,6 @@ from the installed metadata, so a command run without its extra can say in one l
 from __future__ import annotations
 
 import re
-from importlib import metadata
 
 DISTRIBUTION = "kraftlog"
 # A requirement line of the metadata: 'pyspark>=4.0; extra == "spark"'.
@@ -25,6 +24,8 @@ def _import_name(distribution: str) -> str:
 def extra_for(module: str) -> str | None:
     """The first extra whose requirements install top-level ``module``; None when none does (a core
     dependency, or kraftlog's metadata is not installed)."""
+    from importlib import metadata  # ~20 ms of imports, paid only when a command already failed
+
     try:
         requirements = metadata.requires(DISTRIBUTION) or []
     except metadata.PackageNotFoundError:

@@ -38,7 +38,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for ``argv`` (default: this process's arguments). Every group is listed, but only
+    the group ``argv`` names registers its flags: that imports its module, and `kraftlog
+    --version` or `--help` import none (no asyncio, ssl, numpy or bench report)."""
     parser = argparse.ArgumentParser(
         prog="kraftlog",
         description="kraftlog: an embeddable, Kafka-compatible cluster metadata log.",
@@ -47,15 +50,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kraftlog {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    named = _group_named(sys.argv[1:] if argv is None else argv)
     for name, (module, help_text) in COMMANDS.items():
         group = sub.add_parser(name, help=help_text, description=help_text)
         group.set_defaults(_module=module)
-        importlib.import_module(module).register(group)
+        if name == named:
+            importlib.import_module(module).register(group)
     return parser
 
 
+def _group_named(argv: list[str]) -> str | None:
+    """The group ``argv`` runs: its first word that is not an option of the top parser."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
