@@ -123,15 +123,16 @@ SMOKE = textwrap.dedent("""
 """)
 
 
-def test_wheel_installs_with_its_core_dependencies_and_runs_native(dists: Dists, tmp_path: Path):
+def _fresh_venv(tmp_path: Path) -> tuple[Path, Path]:
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], 300)
-    py, kraftlog = venv / "bin" / "python", venv / "bin" / "kraftlog"
-    # With its dependencies, as a user installs it: the core ones only (no extra named).
-    _run([str(py), "-m", "pip", "install", "-q", str(dists.wheel)], 600)
+    return venv / "bin" / "python", venv / "bin" / "kraftlog"
+
+
+def _smoke(py: Path, kraftlog: Path, tmp_path: Path) -> None:
+    """kraftlog --version, a log append/read and log verify, on the native modules only."""
     env = {**os.environ, "KRAFTLOG_REQUIRE_EXTENSIONS": "1"}
     env.pop("KRAFTLOG_NO_EXTENSIONS", None)  # the twin run of `make test` must not reach this venv
-
     version = _run([str(kraftlog), "--version"], 60, cwd=tmp_path, env=env)
     assert version.stdout.strip() == f"kraftlog {__version__}"
     smoke = _run([str(py), "-c", SMOKE, str(tmp_path / "log")], 120, cwd=tmp_path, env=env)
@@ -139,7 +140,21 @@ def test_wheel_installs_with_its_core_dependencies_and_runs_native(dists: Dists,
     verify = _run([str(kraftlog), "log", "verify", str(tmp_path / "log")], 60, cwd=tmp_path, env=env)
     assert "offsets 0..1, 2 records" in verify.stdout.splitlines()[-1], verify.stdout
 
+
+def test_wheel_installs_with_its_core_dependencies_and_runs_native(dists: Dists, tmp_path: Path):
+    """README: pip install dist/kraftlog-*.whl (with its dependencies, the core ones only)."""
+    py, kraftlog = _fresh_venv(tmp_path)
+    _run([str(py), "-m", "pip", "install", "-q", str(dists.wheel)], 600)
+    _smoke(py, kraftlog, tmp_path)
     probe = _run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], 60, cwd=tmp_path)
     site = Path(probe.stdout.strip())
     assert not (site / "engine").exists() and not (site / "raft").exists()
     assert (site / "kraftlog" / "engine").is_dir()
+    assert not (site / "pyspark").exists() and not (site / "pyarrow").exists()  # the spark extra, not asked for
+
+
+def test_sdist_installs_with_pip_and_runs_native(dists: Dists, tmp_path: Path):
+    """README: pip install dist/kraftlog-*.tar.gz (pip builds the native modules from the sdist)."""
+    py, kraftlog = _fresh_venv(tmp_path)
+    _run([str(py), "-m", "pip", "install", "-q", str(dists.sdist)], BUILD_TIMEOUT_S)
+    _smoke(py, kraftlog, tmp_path)
