@@ -175,9 +175,10 @@ def _check(case: Case, places: dict, *, as_nobody: bool = False) -> None:
         assert text not in line, f"misleading: {line}"
 
 
+@pytest.mark.parametrize("as_nobody", [False, True], ids=["this-user", "unprivileged"])
 @pytest.mark.parametrize("name", BAD_VALUES)
-def test_a_bad_value_is_one_line(name, workspace):
-    _check(BAD_VALUES[name], workspace)
+def test_a_bad_value_is_one_line(name, as_nobody, workspace):
+    _check(BAD_VALUES[name], workspace, as_nobody=as_nobody)
 
 
 @pytest.mark.parametrize("name", UNREADABLE)
