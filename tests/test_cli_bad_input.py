@@ -48,6 +48,10 @@ BAD_VALUES = {
     "config-listener-port": Case("node run --config {listeners}", EXIT_ERROR, ("listeners", "notaport")),
     "config-negative-session": Case("node run --config {negative}", EXIT_ERROR,
                                     ("broker.session.timeout.ms", "-3", "> 0")),
+    "imbalance-percentage-too-big": Case(NODE + " --leader-imbalance-per-broker-percentage 150", EXIT_USAGE,
+                                         ("--leader-imbalance-per-broker-percentage", "150", "0..100")),
+    "rebalance-not-boolean": Case(NODE + " --auto-leader-rebalance-enable maybe", EXIT_USAGE,
+                                  ("--auto-leader-rebalance-enable", "maybe", "true or false")),
     "election-timeout-zero": Case(NODE + " --election-timeout-ms 0", EXIT_USAGE, ("--election-timeout-ms", "0", "> 0")),
     "voters-duplicate-id": Case("node run --node-id 1 --dir {node} --controller-quorum-voters "
                                 "1@127.0.0.1:39093,1@127.0.0.1:39094", EXIT_USAGE, ("voter id 1", "twice")),
