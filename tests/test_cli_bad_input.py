@@ -126,10 +126,10 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def workspace():
-    """Paths and ports the rows name. Under /tmp with mode 755 (not pytest's 700 tmp_path), so
-    the unprivileged user reaches everything but what is locked on purpose."""
+    """Paths and ports the rows name. Under /tmp with mode 755, not in pytest's tmp_path (mode 700:
+    an unprivileged user could not reach anything in it)."""
     ws = tempfile.mkdtemp(prefix="kraftlog-bad-input-", dir="/tmp")
-    os.chmod(ws, 0o755)
+    os.chmod(ws, 0o755)  # the unprivileged user reaches everything but what is locked on purpose
     busy = socket.socket()
     busy.bind(("127.0.0.1", 0))
     busy.listen(1)
@@ -157,13 +157,17 @@ def workspace():
     shutil.copytree(places["meta"], places["locked_segment_dir"])
     shutil.copytree(places["node"], places["locked_node"])
     os.makedirs(f"{ws}/root-only")
-    for path in (places["locked_meta"], places["locked_node"]):
-        os.chmod(path, 0o700)
-    os.chmod(f"{places['locked_segment_dir']}/00000000000000000000.log", 0o600)
-    os.chmod(f"{ws}/root-only", 0o755)  # root's: nobody may enter but not create
+    # Mode 000 / 555 lock out the owner too, so the rows hold when the suite itself runs unprivileged
+    # (then the rows run as this user); as root they run as nobody, whom these modes lock out as well.
+    locked = {places["locked_meta"]: 0o000, places["locked_node"]: 0o000, f"{ws}/root-only": 0o555,
+              f"{places['locked_segment_dir']}/00000000000000000000.log": 0o000}
+    for path, mode in locked.items():
+        os.chmod(path, mode)
     yield places
     busy.close()
-    shutil.rmtree(ws, ignore_errors=True)
+    for path in locked:
+        os.chmod(path, 0o755)
+    shutil.rmtree(ws)
 
 
 def _check(case: Case, places: dict, *, as_nobody: bool = False) -> None:
