@@ -71,6 +71,8 @@ BAD_VALUES = {
                                        ("--snapshot-interval-ms", "-1")),
     "node-id-too-big": Case(NODE.replace("--node-id 1", "--node-id 99999999999"), EXIT_USAGE,
                             ("--node-id", "99999999999", "2147483647")),
+    "bootstrap-port-too-big": Case("quorum describe --status --bootstrap-controller 127.0.0.1:70000", EXIT_ERROR,
+                                   ("'127.0.0.1:70000'", "1..65535")),
     "format-node-id-too-big": Case("storage format --cluster-id {cluster} --node-id 99999999999 --dir {fresh}",
                                    EXIT_USAGE, ("--node-id", "99999999999", "2147483647")),
     "dump-max-bytes-negative": Case("log dump {meta}/00000000000000000000.log --max-bytes -1", EXIT_USAGE,

@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import time
 
+from kraftlog.engine.cli import values
 from kraftlog.engine.node import tls
 from kraftlog.errors import KraftlogError
 
@@ -48,6 +49,8 @@ def parse_addresses(text: str) -> list[tuple[str, int]]:
         host, sep, port = item.rpartition(":")
         if not sep or not host or not port.isdigit():
             raise KraftlogError(f"bad address {item!r}: expected HOST:PORT")
+        if not 1 <= int(port) <= values.PORT_MAX:  # dialled, so 0 is no port either
+            raise KraftlogError(f"bad address {item!r}: the port is not 1..{values.PORT_MAX}")
         out.append((host, int(port)))
     if not out:
         raise KraftlogError("no address given")
