@@ -176,6 +176,12 @@ def test_shell_failures_are_one_line_each_and_the_script_goes_on(log_dir):
     assert proc.stdout.splitlines() == ["/image"]
 
 
+def test_shell_errors_name_the_command_group(tmp_path):
+    """Before: 'kraftlog []: error: ...' (the shell's own COMMAND words shadowed the group name)."""
+    missing = str(tmp_path / "nope")
+    assert_one_line_error(run("image", "shell", missing), 1, f"kraftlog image shell: error: {missing} does not exist")
+
+
 def test_shell_reads_a_checkpoint_file(log_dir):
     """The shell loads a .checkpoint snapshot as well as a log directory."""
     proc = run("image", "shell", checkpoint_of(log_dir), input="ls /image/topics/byName\n")

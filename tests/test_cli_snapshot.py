@@ -375,3 +375,57 @@ def test_every_error_is_one_line_with_exit_1_or_2(node, tmp_path):
         assert_one_line_error(proc, code, *needles)
     assert sorted(os.listdir(tmp_path)) == ["empty", "es", "file", "garbage", "snap.bin"]
     assert os.listdir(empty) == []  # a failed import creates nothing
+
+
+def test_import_into_a_fresh_or_formatted_directory_creates_the_store_that_image_show_reads(node, images, tmp_path):
+    """A directory with no log yet (empty, or only `storage format`ed) gets the store in the
+    node layout; `image show` then reads a store with no segments from its newest snapshot."""
+    out = str(tmp_path / "out")
+    os.makedirs(out)
+    export(node["dir"], out, "--snapshot", str(NEW))
+    path = os.path.join(out, NEW.file_name)
+    fresh, formatted = str(tmp_path / "fresh"), str(tmp_path / "formatted")
+    os.makedirs(fresh)
+    assert run("storage", "format", "--cluster-id", "MkU3OEVBNTcwNTJENDM2Qg", "--node-id", "2",
+               "--dir", formatted).returncode == 0
+    for target in (fresh, formatted):
+        proc = run("snapshot", "import", target, path)
+        assert proc.returncode == 0, proc.stderr
+        with SnapshotStore(store_of(target), SMALL) as store:
+            assert store.ids() == [NEW]
+        show = run("image", "show", "--json", target)
+        assert show.returncode == 0, show.stderr
+        facts = json.loads(show.stdout)
+        assert (facts["topics"], facts["partitions"]) == (images[NEW].topics.live_topics,
+                                                          images[NEW].topics.partition_count)
+        assert "no log segments" in show.stderr and str(NEW.end_offset) in show.stderr
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "something").write_text("x")
+    assert_one_line_error(run("snapshot", "import", str(busy), path), 1, "nowhere to create a store")
+
+
+@pytest.mark.parametrize("cut", ["empty", "header only", "no footer"])
+def test_an_incomplete_checkpoint_is_an_error_in_every_tool(node, tmp_path, cut):
+    """image show, log verify, log dump and snapshot import refuse a .checkpoint cut short (log
+    dump after printing what is there, as Kafka's tool prints); a whole one verifies."""
+    out = str(tmp_path / "out")
+    os.makedirs(out)
+    export(node["dir"], out, "--snapshot", str(OLD))
+    path = os.path.join(out, OLD.file_name)
+    with open(path, "rb") as f:
+        good = f.read()
+    verified = run("log", "verify", path)
+    assert verified.returncode == 0, verified.stderr
+    assert verified.stdout.startswith(f"OK: {path}") and "header and footer in place" in verified.stdout
+    spans = batch_spans(good)
+    keep = {"empty": 0, "header only": spans[0][0] + spans[0][1], "no footer": spans[-1][0]}[cut]
+    with open(path, "wb") as f:
+        f.write(good[:keep])
+    for command in (("image", "show"), ("log", "verify"), ("snapshot", "import", str(tmp_path / "n3"))):
+        if command[0] == "snapshot":
+            os.makedirs(command[2], exist_ok=True)
+        assert_one_line_error(run(*command, path), 1, path)
+    dumped = run("log", "dump", path)
+    assert_one_line_error(dumped, 1, path, "not a whole snapshot")
+    assert dumped.stdout.startswith(f"Dumping {path}")

@@ -21,10 +21,11 @@ from __future__ import annotations
 import bisect
 import os
 
+from kraftlog.engine.layout import LEADER_EPOCH_CHECKPOINT_NAME
 from kraftlog.engine.log.errors import LogCorruptionError
 from kraftlog.engine.log.fs import FileSystem, write_file_atomic
 
-CHECKPOINT_NAME = "leader-epoch-checkpoint"
+CHECKPOINT_NAME = LEADER_EPOCH_CHECKPOINT_NAME
 CHECKPOINT_VERSION = 0
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1

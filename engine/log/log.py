@@ -55,6 +55,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from kraftlog.engine.layout import LOG_START_CHECKPOINT_NAME
 from kraftlog.engine.log import recovery
 from kraftlog.engine.log.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, LeaderEpochCache
 from kraftlog.engine.log.errors import (
@@ -90,7 +91,6 @@ from kraftlog.errors import CorruptRecordError
 _log = logging.getLogger("kraftlog.log")
 
 CLEAN_SHUTDOWN_NAME = ".clean-shutdown"
-LOG_START_CHECKPOINT_NAME = "log-start-offset-checkpoint"
 MAX_SEGMENT_BYTES = (1 << 31) - 1  # .index positions are i32
 MAX_RELATIVE_OFFSET = (1 << 31) - 1  # .index relative offsets are i32
 

@@ -38,12 +38,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from collections.abc import Sequence
 
 import numpy as np
 
 from kraftlog.durable import replace_durably
+from kraftlog.engine.layout import SNAPSHOT_FILE_NAME
 from kraftlog.engine.log.errors import OffsetOutOfRangeError
 from kraftlog.engine.log.log import Log, LogConfig
 from kraftlog.engine.records import batch as batch_codec
@@ -207,7 +207,6 @@ class EngineRaftLog:
         return self.log.last_flushed_offset
 
 
-_SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 
 
 class FileSnapshotStore:
@@ -231,7 +230,7 @@ class FileSnapshotStore:
     def snapshot_ids(self) -> list[OffsetAndEpoch]:
         out = []
         for name in os.listdir(self.directory):
-            m = _SNAPSHOT_NAME.match(name)
+            m = SNAPSHOT_FILE_NAME.match(name)
             if m:
                 out.append(OffsetAndEpoch(int(m.group(1)), int(m.group(2))))
         return sorted(out)

@@ -27,13 +27,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kraftlog.engine.layout import META_PROPERTIES
+from kraftlog.engine.layout import LOG_START_CHECKPOINT_NAME, META_PROPERTIES, SNAPSHOT_FILE_NAME
 from kraftlog.engine.records import batch
 from kraftlog.errors import KraftlogError
 
 SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
-CHECKPOINT_RE = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
-LOG_START_CHECKPOINT_NAME = "log-start-offset-checkpoint"
 SPLIT_BYTES = 32 << 20  # default byte size of one input partition (each task costs ~0.1 s of fixed overhead)
 FLEET_DEPTH_MAX = 2  # how deep a fleet directory is searched for log directories
 
@@ -135,7 +133,7 @@ def discover(paths) -> tuple[list[LogDir], list[tuple[str, str]]]:
     snapshots: list[tuple[str, str]] = []
     for raw in paths:
         path = os.path.abspath(os.fspath(raw))
-        if os.path.isfile(path) and CHECKPOINT_RE.match(os.path.basename(path)):
+        if os.path.isfile(path) and SNAPSHOT_FILE_NAME.match(os.path.basename(path)):
             snapshots.append((cluster_name(os.path.dirname(path)), path))
         elif is_log_dir(path):
             dirs.append(LogDir(cluster_name(path), path))

@@ -10,14 +10,13 @@ whole file (every batch CRC, header first, footer last) before anything is store
 from __future__ import annotations
 
 import os
-import re
 
 from kraftlog.durable import replace_durably
+from kraftlog.engine.layout import SNAPSHOT_FILE_NAME
 from kraftlog.engine.snapshot.errors import SnapshotError
 from kraftlog.engine.snapshot.layout import Manifest, SnapshotId, as_id
 from kraftlog.engine.snapshot.store import SnapshotStore
 
-FILE_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 PART_SUFFIX = ".part"
 EXPORT_READ_BYTES = 8 << 20  # bytes read from the store per step: bounded memory for any size
 
@@ -28,7 +27,7 @@ def checkpoint_name(snapshot_id) -> str:
 
 def parse_checkpoint_name(name: str) -> SnapshotId | None:
     """The id a Kafka snapshot file name carries, None when it is not one."""
-    m = FILE_NAME.match(os.path.basename(name))
+    m = SNAPSHOT_FILE_NAME.match(os.path.basename(name))
     return None if m is None else as_id((int(m.group(1)), int(m.group(2))))
 
 

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from collections.abc import Callable
 
 from kraftlog.engine.cli.tools import segments
 from kraftlog.engine.cli.tools.common import ToolError, exists
+from kraftlog.engine.layout import SNAPSHOT_FILE_NAME
 from kraftlog.engine.records import batch as batch_codec
 from kraftlog.engine.records import metadata as codec
 from kraftlog.engine.records.compression import CODEC_NAMES
@@ -57,7 +57,6 @@ CONTROL_LABELS = {2: " LeaderChange: ", 3: " SnapshotHeader ", 4: " SnapshotFoot
                   6: " KRaftVoters "}
 CONTROL_NAMES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADER", 4: "SNAPSHOT_FOOTER",
                  5: "KRAFT_VERSION", 6: "KRAFT_VOTERS"}
-_SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 
 
 def check_files(paths: list[str]) -> None:
@@ -117,7 +116,7 @@ class Dumper:
         elif name == "bootstrap.checkpoint":
             self._file_line("KRaft bootstrap snapshot", head)
         else:
-            m = _SNAPSHOT_NAME.match(name)
+            m = SNAPSHOT_FILE_NAME.match(name)
             if m:
                 head["snapshotEndOffset"], head["snapshotEpoch"] = int(m.group(1)), int(m.group(2))
                 self._file_line(f"Snapshot end offset: {int(m.group(1))}, epoch: {int(m.group(2))}", head)
@@ -286,3 +285,11 @@ def dump_files(paths: list[str], *, json_lines: bool, batches_only: bool, max_by
     dumper = Dumper(sys.stdout.write, json_lines=json_lines, batches_only=batches_only, max_bytes=max_bytes)
     for path in paths:
         dumper.dump(path)
+    if max_bytes is None:
+        # everything is printed first (as Kafka's tool does); then a snapshot cut short is an error
+        from kraftlog.engine.cli.tools.imageload import check_checkpoint
+
+        for path in paths:
+            if path.endswith(".checkpoint"):
+                sys.stdout.flush()
+                check_checkpoint(path, segments.map_file(path))

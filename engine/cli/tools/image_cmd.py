@@ -46,7 +46,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     shell = add_command(sub, "shell", "browse the image with ls, cd, cat, tree, find (reads commands from stdin)",
                         SHELL_EXAMPLE, pipe_safe(run_shell))
     _source(shell)
-    shell.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND ...",
+    # dest: not "command", which names the CLI group in error lines (engine/cli/main.py)
+    shell.add_argument("shell_command", nargs=argparse.REMAINDER, metavar="COMMAND ...",
                        help="run this one command instead of reading commands from stdin")
 
 
@@ -153,8 +154,8 @@ def run_shell(args: argparse.Namespace) -> int:
 
     loaded = _load(args)
     sh = Shell(imagetree.root(loaded.image))
-    if args.command:
-        sh.run_line(" ".join(shlex.quote(w) for w in args.command))
+    if args.shell_command:
+        sh.run_line(" ".join(shlex.quote(w) for w in args.shell_command))
         sys.stdout.flush()
         return 1 if sh.failed else 0
     return sh.loop()

@@ -15,7 +15,6 @@ control records; its id comes from the name ``<20-digit end offset>-<10-digit ep
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,12 +30,11 @@ from kraftlog.engine.cli.tools.common import (
 from kraftlog.engine.cli.tools.progress import ProgressBar, rate
 from kraftlog.engine.image.image import MetadataImage
 from kraftlog.engine.image.loader import Loader, LoadManifest
-from kraftlog.engine.layout import SNAPSHOT_DIRNAME
+from kraftlog.engine.layout import LMDB_DATA_NAME, METADATA_LOG_DIRNAME, SNAPSHOT_DIRNAME, SNAPSHOT_FILE_NAME
 from kraftlog.engine.records import batch as batch_codec
 from kraftlog.errors import KraftlogError, UndecodableRecordError
 
 REGION_BYTES = 16 << 20  # bytes of whole batches per loader step (and per progress update)
-CHECKPOINT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 
 
 @dataclass
@@ -55,12 +53,47 @@ def load(path: str, *, command: str, progress: bool, skip_errors: bool = False) 
             raise NotALogDirectoryError(f"{path} is a file but not a .checkpoint snapshot; give a log directory "
                                         "or a <end offset>-<epoch>.checkpoint file")
         return load_checkpoint(path, progress=progress, skip_errors=skip_errors)
-    return load_log_dir(resolve_log_dir(path), command=command, progress=progress, skip_errors=skip_errors)
+    try:
+        directory = resolve_log_dir(path)
+    except NotALogDirectoryError:
+        store = _store_without_log(path)
+        if store is None:
+            raise
+        return load_store(store, command=command)
+    return load_log_dir(directory, command=command, progress=progress, skip_errors=skip_errors)
+
+
+def _store_without_log(path: str) -> str | None:
+    """The LMDB snapshot store of a directory that holds one but no segments (a store filled by
+    `snapshot import`, a node whose log was deleted), or None."""
+    if not os.path.isdir(path):
+        return None
+    for candidate in (path, os.path.join(path, SNAPSHOT_DIRNAME),
+                      os.path.join(path, METADATA_LOG_DIRNAME, SNAPSHOT_DIRNAME)):
+        if os.path.isfile(os.path.join(candidate, LMDB_DATA_NAME)):
+            return candidate
+    return None
+
+
+def load_store(store_path: str, *, command: str) -> Loaded:
+    """The image of the newest snapshot in a store with no log beside it (read-only)."""
+    from kraftlog.engine.snapshot.store import SnapshotStore
+
+    with SnapshotStore(store_path) as store:
+        ids = store.ids()
+        if not ids:
+            raise NotALogDirectoryError(f"{store_path} is a snapshot store with no snapshot in it, and there is "
+                                        "no log beside it")
+        sid = ids[-1]
+        image = store.load_image(sid)
+    warn(command, f"{store_path}: no log segments; the image is snapshot {sid.end_offset}-{sid.epoch}, the "
+                  "newest in the store")
+    return Loaded(image, store_path, "snapshot", LoadManifest("snapshot"), sid.end_offset, sid.end_offset)
 
 
 def checkpoint_id(path: str, scan) -> tuple[int, int]:
     """(end offset, epoch) from the file name, else from the last valid batch."""
-    m = CHECKPOINT_NAME.match(os.path.basename(path))
+    m = SNAPSHOT_FILE_NAME.match(os.path.basename(path))
     if m:
         return int(m.group(1)), int(m.group(2))
     if not scan.batch_count:
@@ -68,12 +101,24 @@ def checkpoint_id(path: str, scan) -> tuple[int, int]:
     return int(scan.last_offsets[-1]) + 1, int(scan.partition_leader_epochs[-1])
 
 
+def check_checkpoint(path: str, buf):
+    """The batch scan of a whole snapshot stream (SnapshotHeader first, SnapshotFooter last, every
+    CRC valid); CorruptLogError naming the file and position otherwise: an empty, header-only or
+    footer-less file is a snapshot cut short, never an empty image."""
+    from kraftlog.engine.snapshot.errors import SnapshotCorruptError
+    from kraftlog.engine.snapshot.stream import validate_stream
+
+    try:
+        validate_stream(buf, path=path)
+    except SnapshotCorruptError as exc:
+        raise CorruptLogError(path, exc.position or 0, f"not a whole snapshot: {exc.reason}",
+                              "the snapshot cannot be used (log dump shows what it holds)") from None
+    return batch_codec.scan_batches(buf, 0, len(buf), verify_crc=True)
+
+
 def load_checkpoint(path: str, *, progress: bool, skip_errors: bool = False) -> Loaded:
     buf = segments.map_file(path)
-    scan = batch_codec.scan_batches(buf, 0, len(buf), verify_crc=True)
-    if scan.error_position is not None:
-        raise CorruptLogError(path, scan.error_position, f"invalid batch in the snapshot: {scan.error_reason}",
-                              "the snapshot cannot be loaded (log dump shows its batches)")
+    scan = check_checkpoint(path, buf)
     end_offset, epoch = checkpoint_id(path, scan)
     manifests: list[LoadManifest] = []
     with ProgressBar(progress, "loading snapshot", total=max(1, len(buf))) as bar:
@@ -128,7 +173,7 @@ def _snapshot_base(directory: str, start: int, end: int, command: str) -> Metada
     or None when there is no store or no such snapshot. Read-only: the store is opened without
     creating anything, and a snapshot that does not verify is skipped with a warning."""
     path = os.path.join(directory, SNAPSHOT_DIRNAME)
-    if start == 0 or not os.path.isfile(os.path.join(path, "data.mdb")):
+    if start == 0 or not os.path.isfile(os.path.join(path, LMDB_DATA_NAME)):
         return None
     from kraftlog.engine.snapshot.store import SnapshotStore
 

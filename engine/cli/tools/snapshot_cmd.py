@@ -39,9 +39,8 @@ from kraftlog.engine.cli.tools.common import (
     show_progress,
     warn,
 )
-from kraftlog.engine.layout import SNAPSHOT_DIRNAME
+from kraftlog.engine.layout import LMDB_DATA_NAME, LMDB_LOCK_NAME, META_PROPERTIES, SNAPSHOT_DIRNAME
 
-LMDB_DATA_NAME, LMDB_LOCK_NAME = "data.mdb", "lock.mdb"
 EXPORT_CHECK_BYTES = 8 << 20  # bytes of the exported file read per step when checking its CRC
 _ID_TEXT = re.compile(r"^(\d{1,20})-(\d{1,10})(?:\.checkpoint)?$")
 
@@ -160,11 +159,21 @@ def resolve_store(path: str, *, create: bool = False) -> str:
     log_dir = _metadata_log_dir(path)
     if create and log_dir is not None:
         return os.path.join(log_dir, SNAPSHOT_DIRNAME)
+    if create and _fresh_or_formatted(path):
+        # the node layout, where `kraftlog node run` on this directory will find it
+        return os.path.join(path, METADATA_LOG_DIRNAME, SNAPSHOT_DIRNAME)
     where = ", ".join(os.path.join(c, LMDB_DATA_NAME) for c in candidates)
     if create:
         raise NoSnapshotStoreError(f"{path} holds neither a snapshot store ({where}) nor a metadata log directory "
-                                   f"({METADATA_LOG_DIRNAME}) to create one in; run the node on it once first")
+                                   f"({METADATA_LOG_DIRNAME}) and is neither empty nor a formatted node directory "
+                                   "(kraftlog storage format): nowhere to create a store")
     raise NoSnapshotStoreError(f"{path} holds no snapshot store (no {where})")
+
+
+def _fresh_or_formatted(path: str) -> bool:
+    """An empty directory, or a node directory `kraftlog storage format` wrote (meta.properties)."""
+    names = set(os.listdir(path))
+    return not names or META_PROPERTIES in names
 
 
 def open_store(store_path: str):
