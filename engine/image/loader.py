@@ -40,7 +40,7 @@ import numpy as np
 
 from kraftlog.engine.image import index as hindex
 from kraftlog.engine.image.image import MetadataDelta, MetadataImage, Provenance
-from kraftlog.engine.image.topics import TOPIC_EPOCH_TAG, MetadataReplayError
+from kraftlog.engine.image.topics import TOPIC_EPOCH_TAG, MetadataReplayError, topic_record_epochs
 from kraftlog.engine.records import batch, metadata_columns
 from kraftlog.engine.records import metadata as codec
 from kraftlog.engine.records.layout import ATTRIBUTES_OFFSET, CONTROL_BIT, HEADER_SIZE
@@ -447,29 +447,9 @@ def _is_all_rows(rows: np.ndarray, total: int) -> bool:
                                                   and bool((np.diff(rows) == 1).all())))
 
 
-# A TopicRecord v0 value: frame (3 bytes: 1, 2, 0), Name (uvarint len+1, bytes), TopicId (16),
-# tagged fields: count uvarint. Our writer adds exactly one tagged field, TOPIC_EPOCH_TAG, holding
-# an int64: the value then ends with 01 | uvarint(10000) = 90 4e | size 08 | 8 bytes.
-_EPOCH_SUFFIX = bytes([1, 0x90, 0x4E, 8])
-_EPOCH_TAIL_BYTES = len(_EPOCH_SUFFIX) + 8
-
-
 def _snapshot_topic_epochs(cols, topic_idx: np.ndarray, name_lengths: np.ndarray, default: int) -> np.ndarray | None:
     """Topic epochs of snapshot TopicRecords: the tagged epoch where present, else ``default``.
     None when some TopicRecord carries tagged fields other than exactly ours."""
-    name_lengths = name_lengths.astype(np.int64)
-    plain_size = 3 + np.where(name_lengths + 1 < 0x80, 1, 2) + name_lengths + 16 + 1
-    sizes = cols.value_len[topic_idx].astype(np.int64)
-    epochs = np.full(len(topic_idx), default, dtype=np.int64)
-    tagged = sizes != plain_size
-    if not tagged.any():
-        return epochs
-    if (sizes[tagged] != plain_size[tagged] - 1 + _EPOCH_TAIL_BYTES).any():
-        return None
-    data = np.frombuffer(cols.data, dtype=np.uint8)
-    ends = cols.value_pos[topic_idx[tagged]].astype(np.int64) + sizes[tagged]
-    tails = data[ends[:, None] - _EPOCH_TAIL_BYTES + np.arange(_EPOCH_TAIL_BYTES)[None, :]]
-    if not (tails[:, :4] == np.frombuffer(_EPOCH_SUFFIX, dtype=np.uint8)).all():
-        return None
-    epochs[tagged] = np.ascontiguousarray(tails[:, 4:]).view(">i8").ravel()
-    return epochs
+    epochs, other = topic_record_epochs(np.frombuffer(cols.data, dtype=np.uint8), cols.value_pos[topic_idx],
+                                        cols.value_len[topic_idx], name_lengths, default)
+    return None if other.any() else epochs

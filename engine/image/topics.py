@@ -44,6 +44,38 @@ NO_LEADER_CHANGE = -2
 MIGRATING_DIRECTORY = uuid.UUID(int=0)  # Kafka's DirectoryId.MIGRATING = Uuid(0, 0)
 UNASSIGNED_DIRECTORY = uuid.UUID(int=1)  # Kafka's DirectoryId.UNASSIGNED = Uuid(0, 1): a new replica's
 TOPIC_EPOCH_TAG = 10_000  # our tagged field on TopicRecord in snapshots; Kafka ignores unknown tags
+# The tagged-field section of a TopicRecord carrying only our epoch: count 1 | uvarint(TOPIC_EPOCH_TAG)
+# (10000 = 90 4e) | size 8 | the int64 epoch, big-endian. Plain (Kafka's) TopicRecords end with count 0.
+TOPIC_EPOCH_TAGS_HEAD = bytes([1, 0x80 | (TOPIC_EPOCH_TAG & 0x7F), TOPIC_EPOCH_TAG >> 7, 8])
+_EPOCH_TAIL_BYTES = len(TOPIC_EPOCH_TAGS_HEAD) + 8
+
+
+def topic_epoch_tags(epoch: int) -> bytes:
+    """The tagged-field section of a TopicRecord: our epoch, or none (a negative ``epoch``)."""
+    return b"\x00" if epoch < 0 else TOPIC_EPOCH_TAGS_HEAD + epoch.to_bytes(8, "big", signed=True)
+
+
+def topic_record_epochs(data: np.ndarray, value_pos: np.ndarray, value_len: np.ndarray, name_lengths: np.ndarray,
+                        default: int) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorised over TopicRecord v0 values in ``data`` (uint8): (epochs, other). A value is
+    frame (1, 2, 0) | Name (uvarint length + 1, bytes) | TopicId (16) | tagged fields. epochs[i]
+    is the tagged epoch where the tags are exactly ours, else ``default``; other[i] marks values
+    whose tags are something else (the caller decodes those with the generic codec, or refuses)."""
+    name_lengths = name_lengths.astype(np.int64)
+    sizes = value_len.astype(np.int64)
+    plain_size = 3 + np.where(name_lengths + 1 < 0x80, 1, 2) + name_lengths + 16 + 1
+    epochs = np.full(len(sizes), default, dtype=np.int64)
+    tagged = np.flatnonzero(sizes != plain_size)
+    other = np.zeros(len(sizes), dtype=bool)
+    if not len(tagged):
+        return epochs, other
+    long_enough = sizes[tagged] == plain_size[tagged] - 1 + _EPOCH_TAIL_BYTES
+    ends = value_pos[tagged].astype(np.int64) + np.where(long_enough, sizes[tagged], _EPOCH_TAIL_BYTES)
+    tails = data[ends[:, None] - _EPOCH_TAIL_BYTES + np.arange(_EPOCH_TAIL_BYTES)[None, :]]
+    ours = long_enough & (tails[:, :4] == np.frombuffer(TOPIC_EPOCH_TAGS_HEAD, dtype=np.uint8)).all(axis=1)
+    epochs[tagged[ours]] = np.ascontiguousarray(tails[ours, 4:]).view(">i8").ravel()
+    other[tagged[~ours]] = True
+    return epochs, other
 
 _I32, _I64, _I8 = np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.int8)
 

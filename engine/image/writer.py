@@ -23,7 +23,7 @@ import numpy as np
 
 from kraftlog.engine.image import versions
 from kraftlog.engine.image.image import METADATA_VERSION, MetadataImage, thaw
-from kraftlog.engine.image.topics import MIGRATING_DIRECTORY, TOPIC_EPOCH_TAG, TopicsImage
+from kraftlog.engine.image.topics import MIGRATING_DIRECTORY, TOPIC_EPOCH_TAG, TopicsImage, topic_epoch_tags
 from kraftlog.engine.records import metadata as codec
 from kraftlog.engine.records import wire
 
@@ -175,7 +175,7 @@ def _topic_value(name: str, topic_id: bytes, epoch: int) -> bytes:
     fields: none, or exactly our topic epoch (01 | tag 10000 = 90 4e | size 08 | int64)."""
     encoded = name.encode()
     length = wire.encode_uvarint(len(encoded) + 1)
-    tags = b"\x00" if epoch < 0 else b"\x01\x90\x4e\x08" + epoch.to_bytes(8, "big", signed=True)
+    tags = topic_epoch_tags(epoch)
     return b"\x01\x02\x00" + length + encoded + topic_id + tags
 
 

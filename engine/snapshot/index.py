@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from kraftlog.engine.image import index as hindex
-from kraftlog.engine.image.topics import TOPIC_EPOCH_TAG
+from kraftlog.engine.image.topics import TOPIC_EPOCH_TAG, topic_record_epochs
 from kraftlog.engine.records import metadata as codec
 from kraftlog.engine.records.metadata_columns import MetadataColumns
 
@@ -113,35 +113,17 @@ def _topic_rows(cols: MetadataColumns, pos: np.ndarray, length: np.ndarray, end_
             "part_first": np.zeros(len(order), np.int64), "topic_epoch": _topic_epochs(cols, rec, end_offset)}
 
 
-# A TopicRecord v0 value: frame (3 bytes: 1, 2, 0), Name (uvarint len+1, bytes), TopicId (16), tagged
-# fields: count uvarint. Our writer adds exactly one tagged field, TOPIC_EPOCH_TAG = 10000, holding an
-# int64: the value then ends with 01 | uvarint(10000) = 90 4e | size 08 | 8 bytes.
-_EPOCH_SUFFIX = np.frombuffer(bytes([1, 0x90, 0x4E, 8]), dtype=np.uint8)
-_EPOCH_TAIL_BYTES = len(_EPOCH_SUFFIX) + 8
-
-
 def _topic_epochs(cols: MetadataColumns, rec: np.ndarray, end_offset: int) -> np.ndarray:
     """The KIP-232 epoch of each TopicRecord ``rec``: vectorised for the two shapes our writer and
     Kafka write (no tagged field / exactly our epoch tag), the generic codec for anything else."""
-    epochs = np.full(len(rec), end_offset, dtype=np.int64)
     if not len(rec):
-        return epochs
-    data = np.frombuffer(cols.data, dtype=np.uint8)
-    sizes = cols.value_len[rec].astype(np.int64)
-    ends = cols.value_pos[rec].astype(np.int64) + sizes
-    name_len = np.diff(cols.topics.name_offsets)[cols.kind_rows[rec]].astype(np.int64)
-    plain_size = 3 + np.where(name_len + 1 < 0x80, 1, 2) + name_len + 16 + 1  # no tagged field
-    tagged = np.flatnonzero(sizes != plain_size)
-    if not len(tagged):
-        return epochs
-    long_enough = sizes[tagged] == plain_size[tagged] - 1 + _EPOCH_TAIL_BYTES
-    tails = data[np.where(long_enough, ends[tagged], _EPOCH_TAIL_BYTES)[:, None]
-                 - _EPOCH_TAIL_BYTES + np.arange(_EPOCH_TAIL_BYTES)[None, :]]
-    ours = long_enough & (tails[:, :4] == _EPOCH_SUFFIX).all(axis=1)
-    epochs[tagged[ours]] = np.ascontiguousarray(tails[ours, 4:]).view(">i8").ravel()
-    for i in tagged[~ours].tolist():  # other tagged fields: decode (a name ending in these bytes too)
+        return np.full(0, end_offset, dtype=np.int64)
+    name_len = np.diff(cols.topics.name_offsets)[cols.kind_rows[rec]]
+    epochs, other = topic_record_epochs(np.frombuffer(cols.data, dtype=np.uint8), cols.value_pos[rec],
+                                        cols.value_len[rec], name_len, end_offset)
+    for i in np.flatnonzero(other).tolist():  # other tagged fields: the generic codec decides
         r = int(rec[i])
-        data_ = codec.decode_record(cols.data, int(cols.value_pos[r]), int(ends[i])).data
+        data_ = codec.decode_record(cols.data, int(cols.value_pos[r]), int(cols.value_pos[r] + cols.value_len[r])).data
         raw = data_.get(codec.UNKNOWN_TAGS, {}).get(TOPIC_EPOCH_TAG)
         if raw is not None and len(raw) == 8:
             epochs[i] = int.from_bytes(raw, "big", signed=True)
