@@ -351,6 +351,9 @@ def test_every_error_is_one_line_with_exit_1_or_2(node, tmp_path):
     unnamed.write_bytes(b"")
     emptystore = tmp_path / "es"
     SnapshotStore(emptystore, SMALL).close()
+    busy = tmp_path / "busy"  # neither empty nor a node directory: no place for a store
+    busy.mkdir()
+    (busy / "notes.txt").write_text("x")
     cases = [
         (("list", str(tmp_path / "missing")), 1, ("missing", "does not exist")),
         (("list", str(tmp_path / "file")), 1, ("file", "not a directory")),
@@ -361,7 +364,8 @@ def test_every_error_is_one_line_with_exit_1_or_2(node, tmp_path):
         (("list", str(garbage)), 1, (str(garbage), "LMDB")),
         (("import", d, str(tmp_path / "nope.checkpoint")), 1, ("nope.checkpoint", "does not exist")),
         (("import", d, str(unnamed)), 1, ("snap.bin", "--snapshot")),
-        (("import", str(empty), str(unnamed), "--snapshot", "1-1"), 1, (str(empty), "metadata log directory")),
+        (("import", str(busy), str(unnamed), "--snapshot", "1-1"), 1, (str(busy), "nowhere to create a store")),
+        (("import", str(empty), str(unnamed), "--snapshot", "1-1"), 1, ("snap.bin", "header and a footer")),
         (("export", d, "--out", str(tmp_path / "no" / "x.checkpoint")), 1, ("does not exist",)),
         (("dump", d, "--snapshot", "12-x"), 2, ("--snapshot", "12-x")),
         (("export", d, "--format", "json", "--out", str(tmp_path)), 2, ("--format",)),
@@ -373,7 +377,7 @@ def test_every_error_is_one_line_with_exit_1_or_2(node, tmp_path):
         procs = list(pool.map(lambda case: run("snapshot", *case[0]), cases))
     for (_, code, needles), proc in zip(cases, procs, strict=True):
         assert_one_line_error(proc, code, *needles)
-    assert sorted(os.listdir(tmp_path)) == ["empty", "es", "file", "garbage", "snap.bin"]
+    assert sorted(os.listdir(tmp_path)) == ["busy", "empty", "es", "file", "garbage", "snap.bin"]
     assert os.listdir(empty) == []  # a failed import creates nothing
 
 

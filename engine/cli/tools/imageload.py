@@ -101,7 +101,7 @@ def checkpoint_id(path: str, scan) -> tuple[int, int]:
     return int(scan.last_offsets[-1]) + 1, int(scan.partition_leader_epochs[-1])
 
 
-def check_checkpoint(path: str, buf):
+def check_checkpoint(path: str, buf, *, hint: str = "the snapshot cannot be used (log dump shows what it holds)"):
     """The batch scan of a whole snapshot stream (SnapshotHeader first, SnapshotFooter last, every
     CRC valid); CorruptLogError naming the file and position otherwise: an empty, header-only or
     footer-less file is a snapshot cut short, never an empty image."""
@@ -111,8 +111,7 @@ def check_checkpoint(path: str, buf):
     try:
         validate_stream(buf, path=path)
     except SnapshotCorruptError as exc:
-        raise CorruptLogError(path, exc.position or 0, f"not a whole snapshot: {exc.reason}",
-                              "the snapshot cannot be used (log dump shows what it holds)") from None
+        raise CorruptLogError(path, exc.position or 0, f"not a whole snapshot: {exc.reason}", hint) from None
     return batch_codec.scan_batches(buf, 0, len(buf), verify_crc=True)
 
 

@@ -438,7 +438,12 @@ def run_import(args: argparse.Namespace) -> int:
     if sid is None:
         raise ToolError(f"{path}: the name is not <20-digit end offset>-<10-digit epoch>.checkpoint; give the id "
                         "with --snapshot END_OFFSET-EPOCH")
+    from kraftlog.engine.cli.tools import segments
+    from kraftlog.engine.cli.tools.imageload import check_checkpoint
+
     store_path = resolve_store(args.dir, create=True)
+    # the file is checked before anything is created: a failed import leaves the directory as it was
+    check_checkpoint(path, segments.map_file(path), hint="nothing was imported")
     users = store_users(store_path)
     if users is not None:
         who = f"process {', '.join(map(str, users))}" if users else "another process"
