@@ -71,19 +71,23 @@ def _names(publisher: ImagePublisher) -> list[str]:
     return sorted(n for n in ("a", "b", "c", "d") if publisher.image.topics.topic(n) is not None)
 
 
+def _applied(publisher: ImagePublisher, batches: list, bulk: bool) -> ImagePublisher:
+    """``batches`` delivered as raft delivers a run (bulk) or one commit at a time."""
+    if bulk:
+        publisher.handle_commits(batches)
+    else:
+        for batch in batches:
+            publisher.handle_commit(batch)
+    return publisher
+
+
 BAD_RECORD = ([_topic("a")], [_topic("b"), _orphan_change(), _topic("c")], [_topic("d")])
 BAD_BATCH = ([_topic("a")], [_topic("b"), _topic("x"), BROKEN], [_topic("c"), _topic("d")])
 
 
 @pytest.mark.parametrize("bulk", [True, False], ids=["in-bulk", "one-by-one"])
 def test_a_broker_skips_an_unappliable_record_counts_it_and_applies_the_rest(bulk, caplog):
-    batches = _log(*BAD_RECORD)
-    broker = ImagePublisher(fatal_faults=False)
-    if bulk:
-        broker.handle_commits(batches)
-    else:
-        for batch in batches:
-            broker.handle_commit(batch)
+    broker = _applied(ImagePublisher(fatal_faults=False), _log(*BAD_RECORD), bulk)
     assert _names(broker) == ["a", "b", "c", "d"]
     assert broker.apply_errors == 1 and broker.next_offset == 5
     lines = [r.getMessage() for r in caplog.records if "metadata apply error" in r.getMessage()]
@@ -92,13 +96,7 @@ def test_a_broker_skips_an_unappliable_record_counts_it_and_applies_the_rest(bul
 
 @pytest.mark.parametrize("bulk", [True, False], ids=["in-bulk", "one-by-one"])
 def test_a_broker_skips_a_batch_that_does_not_decode_and_applies_every_other_batch(bulk, caplog):
-    batches = _log(*BAD_BATCH)
-    broker = ImagePublisher(fatal_faults=False)
-    if bulk:
-        broker.handle_commits(batches)
-    else:
-        for batch in batches:
-            broker.handle_commit(batch)
+    broker = _applied(ImagePublisher(fatal_faults=False), _log(*BAD_BATCH), bulk)
     # the bad batch holds "b" too: a batch is the unit that decodes or does not
     assert _names(broker) == ["a", "c", "d"]
     assert broker.apply_errors == 1 and broker.next_offset == 5
@@ -109,14 +107,9 @@ def test_a_broker_skips_a_batch_that_does_not_decode_and_applies_every_other_bat
 @pytest.mark.parametrize("log_batches", [BAD_RECORD, BAD_BATCH], ids=["record", "batch"])
 @pytest.mark.parametrize("bulk", [True, False], ids=["in-bulk", "one-by-one"])
 def test_a_controller_stops_at_the_batch_it_cannot_apply_and_names_it(log_batches, bulk):
-    batches = _log(*log_batches)
     controller = ImagePublisher()
     with pytest.raises(MetadataFaultError) as info:
-        if bulk:
-            controller.handle_commits(batches)
-        else:
-            for batch in batches:
-                controller.handle_commit(batch)
+        _applied(controller, _log(*log_batches), bulk)
     assert "offsets 1-" in str(info.value)
     # everything before the fault is applied; nothing after it is
     assert _names(controller) == ["a"] and controller.next_offset == 1
@@ -225,6 +218,6 @@ def test_a_controller_stops_on_a_bad_committed_record_with_one_line_naming_it(tm
         err = cluster.stderr_of(1)
         assert "Traceback" not in err
         last = err.strip().splitlines()[-1]
-        assert last.startswith("kraftlog node: error:") and f"offsets {end}-{end + 1} cannot be applied" in last, err
+        assert last.startswith("kraftlog node run: error:") and f"offsets {end}-{end + 1} cannot be applied" in last, err
     finally:
         cluster.close()

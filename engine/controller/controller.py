@@ -425,32 +425,29 @@ class Controller:
             log.info("bootstrap write not done (%s); the next write retries it", exc or type(exc).__name__)
 
     async def _fence_loop(self) -> None:
-        interval_s = self.config.fence_check_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval_s)
-            if not self.is_active:
-                if self._active_epoch < 0:
-                    return
-                continue
-            try:
-                await self._fence_expired()
-            except WRITE_ERRORS as exc:
-                log.info("fencing check not written (%s)", exc or type(exc).__name__)
+        await self._every(self.config.fence_check_interval_ms, self._fence_expired, "fencing check")
 
     async def _heal_loop(self) -> None:
         """Every leader.imbalance.check.interval while active: ``_heal``."""
-        interval_s = self.config.leader_imbalance_check_interval_ms / 1000
+        async def heal() -> None:
+            async with self.executor.lock:
+                await self._heal()
+
+        await self._every(self.config.leader_imbalance_check_interval_ms, heal, "partition healing")
+
+    async def _every(self, interval_ms: int, job, what: str) -> None:
+        """Run ``job`` every ``interval_ms`` while this controller is active; end when it stops being
+        the active controller for good (a write that fails is logged and tried at the next turn)."""
         while True:
-            await asyncio.sleep(interval_s)
+            await asyncio.sleep(interval_ms / 1000)
             if not self.is_active:
                 if self._active_epoch < 0:
                     return
                 continue
             try:
-                async with self.executor.lock:
-                    await self._heal()
+                await job()
             except WRITE_ERRORS as exc:
-                log.info("partition healing not written (%s)", exc or type(exc).__name__)
+                log.info("%s not written (%s)", what, exc or type(exc).__name__)
 
     async def _heal(self) -> None:
         """Partitions heal (call with the lock held). First every live replica outside an ISR
