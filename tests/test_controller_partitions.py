@@ -55,6 +55,7 @@ from kraftlog.engine.records import metadata as codec
 from kraftlog.raft.aio.driver import DriverConfig
 from kraftlog.raft.state import Role
 from tests.test_node_controller import (
+    SESSION_TIMEOUT_MS,
     NodeCluster,
     _ask,
     _heartbeat,
@@ -528,7 +529,8 @@ def test_silent_broker_loses_leaderships_and_controlled_shutdown_moves_them(clus
             assert any(104 in v[2] and v[0] != 104 for v in before.values())
 
             brokers.beating.discard(104)
-            _, fenced = await _state_when(brokers.conn, lambda md: 104 not in _live(md), "104 fenced", 8)
+            _, fenced = await _state_when(brokers.conn, lambda md: 104 not in _live(md), "104 fenced",
+                                         SESSION_TIMEOUT_MS / 1000 + 10)
             for key, (leader, epoch, isr, replicas) in before.items():
                 new_isr = tuple(b for b in isr if b != 104) or isr
                 if 104 not in isr:
@@ -542,7 +544,7 @@ def test_silent_broker_loses_leaderships_and_controlled_shutdown_moves_them(clus
                 assert fenced[key] == expected, (key, before[key])
 
             brokers.beating.add(104)
-            _, back = await _state_when(brokers.conn, lambda md: 104 in _live(md), "104 unfenced", 8)
+            _, back = await _state_when(brokers.conn, lambda md: 104 in _live(md), "104 unfenced", 20)
             for key, (leader, epoch, isr, replicas) in fenced.items():
                 if leader == -1:
                     expected = (104, epoch + 1, isr, replicas)

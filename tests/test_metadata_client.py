@@ -18,6 +18,7 @@ import json
 import os
 import random
 import signal
+import time
 import uuid
 
 import pytest
@@ -63,6 +64,7 @@ from kraftlog.engine.protocol.connection import ClientConnection, ClientError
 from kraftlog.engine.protocol.metadata_response import NO_EPOCH, EpochMetadataResponse
 from kraftlog.errors import CorruptRecordError, KraftlogError
 from kraftlog.raft import wire
+from kraftlog.raft.messages import DescribeQuorumRequest
 
 # ---- building metadata histories ------------------------------------------------------------------------------
 
@@ -686,7 +688,10 @@ def test_real_controllers_a_stopped_standby_answers_stale_and_is_never_applied(t
                 name = f"lag-{round_}"
                 os.kill(pid, signal.SIGSTOP)
                 stopped.append(pid)
-                await asyncio.sleep(0.5)  # the standby's long-poll fetch is answered (empty) meanwhile
+                # the standby's long-poll fetch must be answered (empty) before the topic exists,
+                # else it carries the topic and the standby is not stale when it resumes
+                await _until(lambda: _parked_fetch_answered(conns[active], standby), 30,
+                             "the stopped standby's parked fetch answered")
                 assert await create(name)
                 await client.refresh([name, "base"], node=cluster.addresses[active])
                 history.append(_cached_epochs(client))
@@ -725,6 +730,21 @@ def test_real_controllers_a_stopped_standby_answers_stale_and_is_never_applied(t
             now = later[topic]
             assert now[0] > topic_epoch or (now[0] == topic_epoch and all(
                 now[1][p] >= e for p, e in leaders.items()))
+
+
+FETCH_MAX_WAIT_MS = 200  # NodeCluster's --fetch-max-wait-ms: how long the leader parks a fetch
+
+
+async def _parked_fetch_answered(leader: ClientConnection, follower: int) -> bool:
+    """Whether the leader has answered ``follower``'s last fetch: it parks one for at most
+    FETCH_MAX_WAIT_MS and answers the expired ones in the same pass that answers a DescribeQuorum,
+    so a DescribeQuorum *sent* more than that after the fetch arrived proves it."""
+    sent_ms = time.time() * 1000
+    dq = wire.response_from_kio(await leader.request(
+        55, 2, wire.request_to_kio(DescribeQuorumRequest()), wire.APIS[DescribeQuorumRequest].response,
+        timeout_s=10))
+    last = next(v.last_fetch_ms for v in dq.voters if v.replica_id == follower)
+    return last > 0 and sent_ms - last > FETCH_MAX_WAIT_MS + 50
 
 
 def _written_to(client: MetadataClient, address) -> bool:
