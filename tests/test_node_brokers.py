@@ -20,6 +20,7 @@ Every process is killed in a finalizer whatever happens.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import os
 import re
@@ -362,6 +363,68 @@ def test_config_file_with_kafka_names_starts_a_single_node(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert r.stderr.strip().count("\n") == 0 and "--controller-quorum-voters is required" in r.stderr
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_kafkas_own_combined_configuration_starts_a_working_node(tmp_path):
+    """Kafka's KRaft server.properties for a combined node: two listeners split by
+    controller.listener.names (the quorum on CONTROLLER, clients on PLAINTEXT, which the broker
+    registers), the quorum timeouts and num.partitions / default.replication.factor honoured, an
+    unknown key named once in a warning."""
+    from kio.schema.create_topics.v7 import request as ct_req
+
+    broker_port, controller_port = _free_port(), _free_port()
+    d = str(tmp_path / "n1")
+    assert cli.main(["storage", "format", "--cluster-id", CLUSTER_ID, "--node-id", "1", "--dir", d]) == 0
+    config = tmp_path / "server.properties"
+    config.write_text(f"process.roles=broker,controller\nnode.id=1\n"
+                      f"controller.quorum.voters=1@127.0.0.1:{controller_port}\n"
+                      f"listeners=PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}\n"
+                      "controller.listener.names=CONTROLLER\ncontroller.quorum.election.timeout.ms=400\n"
+                      f"log.dirs={d}\nnum.partitions=3\ndefault.replication.factor=1\n"
+                      "group.initial.rebalance.delay.ms=0\nbroker.heartbeat.interval.ms=200\n")
+    proc = subprocess.Popen([sys.executable, "-m", "kraftlog.engine.cli.main", "node", "run", "--config",
+                             str(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline().startswith(b"READY node=1 port=%d" % controller_port)
+
+        async def check():
+            conn = ClientConnection("127.0.0.1", broker_port)  # a client on the broker listener
+            await conn.open()
+            try:
+                async def created():
+                    req = ct_req.CreateTopicsRequest(timeout=datetime.timedelta(seconds=10), validate_only=False,
+                                                     topics=(ct_req.CreatableTopic(
+                                                         name="defaults", num_partitions=i32(-1),
+                                                         replication_factor=i16(-1), assignments=(), configs=()),))
+                    answer = await _ask(conn, 19, 7, req, ct_resp.CreateTopicsResponse, 10)
+                    code = answer.topics[0].error_code
+                    return code in (ErrorCode.none, ErrorCode.topic_already_exists)
+
+                await _until(created, 30, "a topic created with -1/-1 through the broker listener")
+                req = md_req.MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                             include_topic_authorized_operations=False)
+                md = await _ask(conn, 3, 12, req, EpochMetadataResponse, 10)
+                assert [(b.node_id, b.port) for b in md.brokers] == [(1, broker_port)]
+                (topic,) = [t for t in md.topics if t.name == "defaults"]
+                assert len(topic.partitions) == 3 and all(len(p.replica_nodes) == 1 for p in topic.partitions)
+            finally:
+                await conn.close()
+
+        asyncio.run(check())
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    warnings = [line for line in err.decode().splitlines() if "not used" in line]
+    assert len(warnings) == 1 and "group.initial.rebalance.delay.ms" in warnings[0]
 
 
 def test_active_controller_killed_mid_write_and_a_client_facing_lagging_brokers(cluster):

@@ -4,13 +4,22 @@ The heavy imports (raft, the image, kio) happen only when the command runs, so `
 stays fast. See engine/node/node.py for the roles, the directory layout and the APIs a node serves.
 
 Settings come from flags, or from ``--config FILE``: a Java properties file with Kafka's names
-(below); a flag given on the command line wins over the file.
+(below); a flag given on the command line wins over the file. Every other key in the file is
+named once in a warning at start (Kafka's "supplied but not used"), so a misspelt key is seen.
 
     node.id=1
     process.roles=broker,controller
     controller.quorum.voters=1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095
     log.dirs=/var/lib/kraftlog/n1          (the first directory is used)
-    listeners=PLAINTEXT://127.0.0.1:9093   (the first listener's host:port)
+    listeners=PLAINTEXT://:9092,CONTROLLER://:9093
+    controller.listener.names=CONTROLLER   (a controller listens on this listener; a broker on the
+                                           first other one; one socket serves a node, so a
+                                           combined node listens on the controller's)
+    controller.quorum.election.timeout.ms=1000
+    controller.quorum.fetch.timeout.ms=2000
+    controller.quorum.request.timeout.ms=2000
+    num.partitions=1                       (CreateTopics with NumPartitions -1)
+    default.replication.factor=1           (CreateTopics with ReplicationFactor -1)
     broker.rack=rack-a
     broker.session.timeout.ms=9000
     broker.heartbeat.interval.ms=2000
@@ -30,7 +39,7 @@ from __future__ import annotations
 import argparse
 
 from kraftlog.engine.cli import values
-from kraftlog.engine.cli.tools.common import ToolError, add_command, add_commands
+from kraftlog.engine.cli.tools.common import ToolError, add_command, add_commands, warn
 from kraftlog.engine.node import tls
 
 _EXAMPLE = ("example: kraftlog node run --node-id 1 --controller-quorum-voters "
@@ -57,6 +66,8 @@ _CONVERTERS = {
     "auto_leader_rebalance_enable": values.boolean,
     "leader_imbalance_check_interval_seconds": values.positive("seconds"),
     "leader_imbalance_per_broker_percentage": values.percentage,
+    "num_partitions": values.positive("partitions"),
+    "default_replication_factor": values.positive("replicas"),
 }
 # properties key -> (argparse dest, converter)
 _PROPERTIES = {
@@ -64,7 +75,13 @@ _PROPERTIES = {
     "process.roles": ("process_roles", str),
     "controller.quorum.voters": ("controller_quorum_voters", values.voters),
     "log.dirs": ("dir", lambda v: v.split(",")[0].strip()),
-    "listeners": ("listen", values.listener),
+    "listeners": ("listeners", str),  # picked by role with controller.listener.names (resolve)
+    "controller.listener.names": ("controller_listener_names", str),
+    "controller.quorum.election.timeout.ms": ("election_timeout_ms", _CONVERTERS["election_timeout_ms"]),
+    "controller.quorum.fetch.timeout.ms": ("fetch_timeout_ms", _CONVERTERS["fetch_timeout_ms"]),
+    "controller.quorum.request.timeout.ms": ("request_timeout_ms", _CONVERTERS["request_timeout_ms"]),
+    "num.partitions": ("num_partitions", _CONVERTERS["num_partitions"]),
+    "default.replication.factor": ("default_replication_factor", _CONVERTERS["default_replication_factor"]),
     "broker.rack": ("rack", str),
     "cluster.id": ("cluster_id", str),
     "broker.session.timeout.ms": ("session_timeout_ms", _CONVERTERS["session_timeout_ms"]),
@@ -82,7 +99,8 @@ _DEFAULTS = {"election_timeout_ms": 1000, "fetch_timeout_ms": 2000, "request_tim
              "fetch_max_wait_ms": 500, "session_timeout_ms": 9000, "heartbeat_interval_ms": 2000,
              "snapshot_max_new_bytes": 20 << 20, "snapshot_interval_ms": 3_600_000, "log_level": "INFO",
              "max_frame_bytes": 100 << 20, "auto_leader_rebalance_enable": True,
-             "leader_imbalance_check_interval_seconds": 300, "leader_imbalance_per_broker_percentage": 10}
+             "leader_imbalance_check_interval_seconds": 300, "leader_imbalance_per_broker_percentage": 10,
+             "num_partitions": 1, "default_replication_factor": 1}
 _REQUIRED = {"node_id": "--node-id", "controller_quorum_voters": "--controller-quorum-voters", "dir": "--dir"}
 
 
@@ -127,6 +145,11 @@ def register(parser: argparse.ArgumentParser) -> None:
                      type=_CONVERTERS["leader_imbalance_per_broker_percentage"], default=None, metavar="P",
                      help="rebalance a broker's preferred leaderships once more than P%% of them are led "
                           "elsewhere (leader.imbalance.per.broker.percentage; default 10)")
+    run.add_argument("--num-partitions", type=_CONVERTERS["num_partitions"], default=None, metavar="N",
+                     help="partitions of a topic created with NumPartitions -1 (num.partitions; default 1)")
+    run.add_argument("--default-replication-factor", type=_CONVERTERS["default_replication_factor"], default=None,
+                     metavar="N", help="replicas of a topic created with ReplicationFactor -1 "
+                                       "(default.replication.factor; default 1)")
     run.add_argument("--max-metadata-version", default=None, metavar="V",
                      help="advertise metadata.version support only up to V (a name like 3.9-IV0 or a level): "
                           "plays a node of an older release, e.g. to test upgrade/downgrade checks")
@@ -144,17 +167,22 @@ def register(parser: argparse.ArgumentParser) -> None:
 def resolve(args: argparse.Namespace) -> argparse.Namespace:
     """Fill what the flags left unset from ``--config`` and the defaults; ToolError names a
     missing setting or a bad line."""
+    args.listeners = args.controller_listener_names = args.broker_listen = None  # file-only settings
     if args.config is not None:
-        for key, value in _read_properties(args.config).items():
+        properties = _read_properties(args.config)
+        unused = sorted(k for k in properties if k not in _PROPERTIES)
+        if unused:
+            warn("node run", f"{args.config}: these settings are not used: {', '.join(unused)}")
+        for key, value in properties.items():
             dest, convert = _PROPERTIES.get(key, (None, None))
-            if dest is None or getattr(args, dest) is not None:
-                continue
-            if dest == "listen" and args.listen_fd is not None:
+            if dest is None or getattr(args, dest, None) is not None:
                 continue
             try:
                 setattr(args, dest, convert(value))
             except (ValueError, values.Bad) as exc:
                 raise ToolError(f"{args.config}: {key}={value}: {exc}") from None
+        if args.listeners is not None and args.listen is None and args.listen_fd is None:
+            args.listen, args.broker_listen = _pick_listeners(args)
     for dest, value in _DEFAULTS.items():
         if getattr(args, dest) is None:
             setattr(args, dest, value)
@@ -166,6 +194,53 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
         if getattr(args, dest) is None:
             raise ToolError(f"{flag} is required (or its setting in --config)")
     return args
+
+
+def _pick_listeners(args: argparse.Namespace) -> tuple[str, str | None]:
+    """(HOST:PORT to listen on, a combined node's broker HOST:PORT or None) from Kafka's
+    ``listeners`` (NAME://HOST:PORT,...): a node with the controller role listens on its controller
+    listener (``controller.listener.names``, where the voters reach it) and, combined, also on the
+    first other one, which its broker registers; a broker listens on the first other one. ToolError
+    when the one it needs is missing."""
+    entries = []
+    for item in (part.strip() for part in args.listeners.split(",") if part.strip()):
+        name, sep, address = item.partition("://")
+        if not sep:
+            raise ToolError(f"{args.config}: listeners={args.listeners}: {item!r} is not NAME://HOST:PORT")
+        entries.append((name.strip().upper(), address))
+    controller_names = {n.strip().upper() for n in (args.controller_listener_names or "").split(",") if n.strip()}
+    roles = _roles_of(args)
+    if not controller_names:  # no controller.listener.names: the first listener, as before
+        return _address(args, entries[0][1]), None
+    controllers = [a for n, a in entries if n in controller_names]
+    brokers = [a for n, a in entries if n not in controller_names]
+    wanted = controllers if "controller" in roles else brokers
+    if not wanted:
+        raise ToolError(f"{args.config}: listeners={args.listeners}: no listener for this node's role "
+                        f"(controller.listener.names={args.controller_listener_names})")
+    also = brokers[0] if "controller" in roles and "broker" in roles and brokers else None
+    return _address(args, wanted[0]), None if also is None else _address(args, also)
+
+
+def _roles_of(args: argparse.Namespace) -> set[str]:
+    """process.roles, or what the node will take without it (node.parse_roles' rule)."""
+    if args.process_roles:
+        return {r.strip() for r in args.process_roles.split(",") if r.strip()}
+    from kraftlog.engine.node.raftnode import parse_voters
+
+    voters = parse_voters(args.controller_quorum_voters) if args.controller_quorum_voters else {}
+    if args.node_id in voters:
+        return {"controller", "broker"} if len(voters) == 1 else {"controller"}
+    return {"broker"}
+
+
+def _address(args: argparse.Namespace, address: str) -> str:
+    """HOST:PORT of one listener; an empty host (``PLAINTEXT://:9092``) is every interface."""
+    host, _, port = address.rpartition(":")
+    try:
+        return values.host_port(f"{host or '0.0.0.0'}:{port}")
+    except values.Bad as exc:
+        raise ToolError(f"{args.config}: listeners={args.listeners}: {exc}") from None
 
 
 def _read_properties(path: str) -> dict[str, str]:

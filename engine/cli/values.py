@@ -83,12 +83,6 @@ def host_port(text: str) -> str:
     return text
 
 
-def listener(text: str) -> str:
-    """Kafka's ``listeners``: NAME://HOST:PORT,...; the first one's HOST:PORT is ours."""
-    first = text.split(",")[0].strip()
-    return host_port(first.split("://", 1)[-1])
-
-
 def voters(text: str) -> str:
     """``controller.quorum.voters`` (ID@HOST:PORT,...), checked by the node's own parser and kept
     as text (the node parses it again where it is used)."""

@@ -50,6 +50,7 @@ import asyncio
 import collections
 import logging
 import os
+import socket
 import time
 from dataclasses import dataclass
 
@@ -565,8 +566,11 @@ class MetadataNode(RaftNode):
         if self.controller is not None:
             self.controller.on_leader_change(leader_id, epoch)
 
+    broker_sock: socket.socket | None = None  # a combined node's own broker listener (Kafka's listeners)
+
     async def start(self, **kwargs) -> int:
         port = await super().start(**kwargs)
+        broker_port = port if self.broker_sock is None else await self.transport.listen_also(self.broker_sock)
         b = self.broker_settings
         if self.transport.metrics is not None:
             self.metrics_port = await self.transport.metrics.serve(*self.metrics_address)
@@ -579,7 +583,7 @@ class MetadataNode(RaftNode):
         if ROLE_BROKER in self.roles:
             self.lifecycle = BrokerLifecycle(
                 self.node_id, self.cluster_id, self.machine, self.voters,
-                listeners=[Listener(b.listener_name, b.advertised_host, port, self._security_protocol())],
+                listeners=[Listener(b.listener_name, b.advertised_host, broker_port, self._security_protocol())],
                 features=self.supported, rack=b.rack, log_dirs=b.log_dir_ids, config=b.config,
                 ssl_context=self.client_ssl)
             self.lifecycle.start()
@@ -677,13 +681,21 @@ async def serve(args) -> int:
 
     server_ssl, client_ssl = tls.server_context(args), tls.client_context(args)
     sock = listening_socket(args.listen_fd, args.listen, voters.get(args.node_id, ("127.0.0.1", 0)))
+    broker_listen = getattr(args, "broker_listen", None)
+    try:
+        broker_sock = listening_socket(None, broker_listen, ("127.0.0.1", 0)) if broker_listen else None
+    except BaseException:
+        sock.close()
+        raise
     try:
         node = MetadataNode(args.node_id, voters, args.dir, cluster_id=cluster_id, roles=roles, config=config,
                             controller_config=ControllerConfig(
                                 session_timeout_ms=args.session_timeout_ms,
                                 auto_leader_rebalance_enable=args.auto_leader_rebalance_enable,
                                 leader_imbalance_check_interval_ms=args.leader_imbalance_check_interval_seconds * 1000,
-                                leader_imbalance_per_broker_percentage=args.leader_imbalance_per_broker_percentage),
+                                leader_imbalance_per_broker_percentage=args.leader_imbalance_per_broker_percentage,
+                                default_partitions=args.num_partitions,
+                                default_replication_factor=args.default_replication_factor),
                             broker=broker, snapshot_policy=SnapshotPolicy(args.snapshot_max_new_bytes,
                                                                           args.snapshot_interval_ms),
                             max_metadata_version=args.max_metadata_version,
@@ -691,11 +703,16 @@ async def serve(args) -> int:
                             transport_config=TransportConfig(max_frame_bytes=args.max_frame_bytes),
                             server_ssl=server_ssl, client_ssl=client_ssl)
     except ValueError as exc:  # timeouts that cannot work together (RaftNode says which)
-        sock.close()
+        for s in (sock, broker_sock):
+            if s is not None:
+                s.close()
         raise NodeError(str(exc)) from None
     except BaseException:
-        sock.close()
+        for s in (sock, broker_sock):
+            if s is not None:
+                s.close()
         raise
+    node.broker_sock = broker_sock
     await serve_node(node, sock)
     image = node.image
     log.info("stopped at offset %d: %d topics, %d partitions, %d brokers", node.machine.next_offset,

@@ -321,6 +321,7 @@ class RaftTransport:
         self.on_produce: Callable | None = None
         self.client_id = f"kraftlog-raft-{node_id}"
         self._server: asyncio.base_events.Server | None = None
+        self._extra_servers: list[asyncio.base_events.Server] = []
         self._inbound: dict[int, tuple[FrameConnection, int, int]] = {}  # -> (conn, correlation id, version)
         self._inbound_ids = itertools.count(1)
         self._connections: set[FrameConnection] = set()
@@ -341,6 +342,14 @@ class RaftTransport:
         else:
             self._server = await loop.create_server(factory, host, port)
         return self._server.sockets[0].getsockname()[1]
+
+    async def listen_also(self, sock: socket.socket) -> int:
+        """Serve on a second listening socket too (a combined node's broker listener beside its
+        controller listener); returns its port."""
+        factory = self._accept if self.server_ssl is None else self._accept_tls
+        server = await asyncio.get_running_loop().create_server(factory, sock=sock)
+        self._extra_servers.append(server)
+        return server.sockets[0].getsockname()[1]
 
     def _new_inbound(self) -> FrameConnection:
         conn = FrameConnection("inbound", self.config.max_frame_bytes, self._on_guarded_request,
@@ -479,9 +488,9 @@ class RaftTransport:
             task.cancel()
         for conn in list(self._connections):
             conn.close()
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
+        for server in [s for s in (self._server, *self._extra_servers) if s is not None]:
+            server.close()
+            await server.wait_closed()
 
 
 class _TlsAccept(asyncio.Protocol):
