@@ -52,7 +52,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kraftlog.bench.timing import row
+from kraftlog.bench.timing import row, spread
 from kraftlog.engine.image import workload as wl
 from kraftlog.engine.node.localcluster import LocalCluster
 from kraftlog.engine.protocol.metadata_response import EpochMetadataResponse
@@ -350,7 +350,7 @@ def restart_row(partitions: int, runs: int, *, name: str = "broker.restart_1m_s"
     loads = [r.load_ms for r in ours if r.load_ms is not None]
     load_ms = statistics.median(loads) if loads else None
     peer_median = statistics.median(r.total_s for r in peer)
-    return row(name, "s", median, _spread(totals),
+    return row(name, "s", median, spread(totals),
                peer=f"the same broker restart on a one-topic image ({PEER_PARTITIONS} partitions): process start "
                     "alone (no Kafka here; the issue quotes its cold JVM decode-and-build at ~1.5 s)",
                peer_value=peer_median, higher_is_better=False, goal="<= 1 s at 1M (process start included)",
@@ -365,13 +365,6 @@ def restart_row(partitions: int, runs: int, *, name: str = "broker.restart_1m_s"
 
 def _ms(value: float | None) -> str:
     return "?" if value is None else f"{value:.0f} ms"
-
-
-def _spread(samples: list[float]) -> float:
-    if len(samples) >= 4:
-        q = statistics.quantiles(samples, n=4)
-        return q[2] - q[0]
-    return max(samples) - min(samples)
 
 
 def broker_restart(quick: bool) -> dict:
@@ -605,7 +598,7 @@ def create_topics_row(runs: int, requests: int, *, name: str = "controller.creat
     result = create_topics_result(runs, requests)
     median = statistics.median(result.ours)
     peer = statistics.median(result.peer)
-    return row(name, "topics/s", median, _spread(result.ours),
+    return row(name, "topics/s", median, spread(result.ours),
                peer="the same records committed with Produce by a bare raftnode quorum (bare Raft commit)",
                peer_value=peer, higher_is_better=True,
                goal="report (no target in the issue); every created topic on every broker",

@@ -30,10 +30,11 @@ def measure(fn: Callable[[], object], *, repeat: int = 7, warmup: int = 1) -> tu
         start = time.perf_counter()
         fn()
         samples.append(time.perf_counter() - start)
-    return statistics.median(samples), _spread(samples)
+    return statistics.median(samples), spread(samples)
 
 
-def _spread(samples: list[float]) -> float:
+def spread(samples: list[float]) -> float:
+    """The interquartile range of ``samples`` (at least 4), else max - min."""
     if len(samples) >= 4:
         q = statistics.quantiles(samples, n=4)
         return q[2] - q[0]

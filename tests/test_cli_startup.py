@@ -36,3 +36,14 @@ def test_the_named_group_is_registered_with_its_flags():
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "--controller-quorum-voters" in proc.stdout, proc.stderr
     assert "kraftlog.engine.node" in _imported_by("node", "run", "--help")
+
+
+def test_the_node_ready_row_times_a_real_node_to_its_ready_line(monkeypatch):
+    """startup.node_ready_s starts real single-node processes: a positive time, its goal judged
+    on it, the bare interpreter beside it."""
+    from kraftlog.bench import rows_startup
+
+    monkeypatch.setattr(rows_startup, "NODE_READY_REPEAT", 2)
+    r = rows_startup.ROWS["startup.node_ready_s"](True)
+    assert r["name"] == "startup.node_ready_s" and r["value"] > r["peer_value"] > 0
+    assert r["met"] == (r["value"] <= rows_startup.NODE_READY_GOAL_S)
