@@ -91,20 +91,22 @@ def load_store(store_path: str, *, command: str) -> Loaded:
     return Loaded(image, store_path, "snapshot", LoadManifest("snapshot"), sid.end_offset, sid.end_offset)
 
 
-def checkpoint_id(path: str, scan) -> tuple[int, int]:
-    """(end offset, epoch) from the file name, else from the last valid batch."""
+def checkpoint_id(path: str, buf) -> tuple[int, int]:
+    """(end offset, epoch) from the file name, else from the last batch of ``buf`` (a stream
+    check_checkpoint has verified: walked again here only for a file not named by its id)."""
     m = SNAPSHOT_FILE_NAME.match(os.path.basename(path))
     if m:
         return int(m.group(1)), int(m.group(2))
+    scan = batch_codec.scan_batches(buf, 0, len(buf), verify_crc=False)
     if not scan.batch_count:
         return 0, 0
     return int(scan.last_offsets[-1]) + 1, int(scan.partition_leader_epochs[-1])
 
 
 def check_checkpoint(path: str, buf, *, hint: str = "the snapshot cannot be used (log dump shows what it holds)"):
-    """The batch scan of a whole snapshot stream (SnapshotHeader first, SnapshotFooter last, every
-    CRC valid); CorruptLogError naming the file and position otherwise: an empty, header-only or
-    footer-less file is a snapshot cut short, never an empty image."""
+    """Refuse anything but a whole snapshot stream (SnapshotHeader first, SnapshotFooter last, every
+    CRC valid): CorruptLogError naming the file and position; an empty, header-only or footer-less
+    file is a snapshot cut short, never an empty image."""
     from kraftlog.engine.snapshot.errors import SnapshotCorruptError
     from kraftlog.engine.snapshot.stream import validate_stream
 
@@ -112,13 +114,12 @@ def check_checkpoint(path: str, buf, *, hint: str = "the snapshot cannot be used
         validate_stream(buf, path=path)
     except SnapshotCorruptError as exc:
         raise CorruptLogError(path, exc.position or 0, f"not a whole snapshot: {exc.reason}", hint) from None
-    return batch_codec.scan_batches(buf, 0, len(buf), verify_crc=True)
 
 
 def load_checkpoint(path: str, *, progress: bool, skip_errors: bool = False) -> Loaded:
     buf = segments.map_file(path)
-    scan = check_checkpoint(path, buf)
-    end_offset, epoch = checkpoint_id(path, scan)
+    check_checkpoint(path, buf)
+    end_offset, epoch = checkpoint_id(path, buf)
     manifests: list[LoadManifest] = []
     with ProgressBar(progress, "loading snapshot", total=max(1, len(buf))) as bar:
         def on_progress(m: LoadManifest) -> None:

@@ -442,8 +442,10 @@ def run_import(args: argparse.Namespace) -> int:
     from kraftlog.engine.cli.tools.imageload import check_checkpoint
 
     store_path = resolve_store(args.dir, create=True)
-    # the file is checked before anything is created: a failed import leaves the directory as it was
-    check_checkpoint(path, segments.map_file(path), hint="nothing was imported")
+    if not os.path.isdir(store_path):
+        # a store about to be created: check the file first, so a failed import creates nothing
+        # (into an existing store, import_checkpoint's own check stores nothing on failure)
+        check_checkpoint(path, segments.map_file(path), hint="nothing was imported")
     users = store_users(store_path)
     if users is not None:
         who = f"process {', '.join(map(str, users))}" if users else "another process"
