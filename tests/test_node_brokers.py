@@ -318,44 +318,28 @@ def test_config_file_with_kafka_names_starts_a_single_node(tmp_path):
     """A properties file (node.id, process.roles, controller.quorum.voters, log.dirs, listeners)
     runs a combined node that bootstraps, registers itself as a broker and is unfenced; a missing
     setting is one clear line."""
-    import socket
+    port = _free_port()
 
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    d = str(tmp_path / "n1")
-    assert cli.main(["storage", "format", "--cluster-id", CLUSTER_ID, "--node-id", "1", "--dir", d]) == 0
-    config = tmp_path / "server.properties"
-    config.write_text(f"# single node\nnode.id=1\nprocess.roles=broker,controller\n"
-                      f"controller.quorum.voters=1@127.0.0.1:{port}\nlog.dirs={d}\n"
-                      f"listeners=PLAINTEXT://127.0.0.1:{port}\nbroker.heartbeat.interval.ms=200\n")
-    proc = subprocess.Popen([sys.executable, "-m", "kraftlog.engine.cli.main", "node", "run", "--config",
-                             str(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert proc.stdout.readline().startswith(b"READY node=1 port=%d" % port)
+    async def check():
+        conn = ClientConnection("127.0.0.1", port)
+        await conn.open()
+        try:
+            req = md_req.MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                         include_topic_authorized_operations=False)
 
-        async def check():
-            conn = ClientConnection("127.0.0.1", port)
-            await conn.open()
-            try:
-                req = md_req.MetadataRequest(topics=None, allow_auto_topic_creation=False,
-                                             include_topic_authorized_operations=False)
+            async def registered():
+                md = await _ask(conn, 3, 12, req, EpochMetadataResponse, 5)
+                return md if _live(md) == {1} else None
 
-                async def registered():
-                    md = await _ask(conn, 3, 12, req, EpochMetadataResponse, 5)
-                    return md if _live(md) == {1} else None
+            md = await _until(registered, 20, "the combined node registered and unfenced")
+            assert int(md.controller_id) == 1 and md.cluster_id == CLUSTER_ID
+        finally:
+            await conn.close()
 
-                md = await _until(registered, 20, "the combined node registered and unfenced")
-                assert int(md.controller_id) == 1 and md.cluster_id == CLUSTER_ID
-            finally:
-                await conn.close()
-
-        asyncio.run(check())
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=20)
-    assert proc.returncode == 0, err.decode()[-3000:]
+    _run_with_config(tmp_path, f"# single node\nnode.id=1\nprocess.roles=broker,controller\n"
+                               f"controller.quorum.voters=1@127.0.0.1:{port}\nlog.dirs={{dir}}\n"
+                               f"listeners=PLAINTEXT://127.0.0.1:{port}\nbroker.heartbeat.interval.ms=200\n",
+                     port, check)
 
     missing = tmp_path / "missing.properties"
     missing.write_text("node.id=1\n")
@@ -373,6 +357,25 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _run_with_config(tmp_path, properties: str, ready_port: int, check) -> str:
+    """Format node 1, run `kraftlog node run --config` with ``properties`` ({dir}: its directory)
+    until READY on ``ready_port``, run ``check()``, then SIGTERM it: exit 0; returns its stderr."""
+    d = str(tmp_path / "n1")
+    assert cli.main(["storage", "format", "--cluster-id", CLUSTER_ID, "--node-id", "1", "--dir", d]) == 0
+    config = tmp_path / "server.properties"
+    config.write_text(properties.replace("{dir}", d))
+    proc = subprocess.Popen([sys.executable, "-m", "kraftlog.engine.cli.main", "node", "run", "--config",
+                             str(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline().startswith(b"READY node=1 port=%d" % ready_port)
+        asyncio.run(check())
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    return err.decode()
+
+
 def test_kafkas_own_combined_configuration_starts_a_working_node(tmp_path):
     """Kafka's KRaft server.properties for a combined node: two listeners split by
     controller.listener.names (the quorum on CONTROLLER, clients on PLAINTEXT, which the broker
@@ -381,49 +384,38 @@ def test_kafkas_own_combined_configuration_starts_a_working_node(tmp_path):
     from kio.schema.create_topics.v7 import request as ct_req
 
     broker_port, controller_port = _free_port(), _free_port()
-    d = str(tmp_path / "n1")
-    assert cli.main(["storage", "format", "--cluster-id", CLUSTER_ID, "--node-id", "1", "--dir", d]) == 0
-    config = tmp_path / "server.properties"
-    config.write_text(f"process.roles=broker,controller\nnode.id=1\n"
-                      f"controller.quorum.voters=1@127.0.0.1:{controller_port}\n"
-                      f"listeners=PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}\n"
-                      "controller.listener.names=CONTROLLER\ncontroller.quorum.election.timeout.ms=400\n"
-                      f"log.dirs={d}\nnum.partitions=3\ndefault.replication.factor=1\n"
-                      "group.initial.rebalance.delay.ms=0\nbroker.heartbeat.interval.ms=200\n")
-    proc = subprocess.Popen([sys.executable, "-m", "kraftlog.engine.cli.main", "node", "run", "--config",
-                             str(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert proc.stdout.readline().startswith(b"READY node=1 port=%d" % controller_port)
 
-        async def check():
-            conn = ClientConnection("127.0.0.1", broker_port)  # a client on the broker listener
-            await conn.open()
-            try:
-                async def created():
-                    req = ct_req.CreateTopicsRequest(timeout=datetime.timedelta(seconds=10), validate_only=False,
-                                                     topics=(ct_req.CreatableTopic(
-                                                         name="defaults", num_partitions=i32(-1),
-                                                         replication_factor=i16(-1), assignments=(), configs=()),))
-                    answer = await _ask(conn, 19, 7, req, ct_resp.CreateTopicsResponse, 10)
-                    code = answer.topics[0].error_code
-                    return code in (ErrorCode.none, ErrorCode.topic_already_exists)
+    async def check():
+        conn = ClientConnection("127.0.0.1", broker_port)  # a client on the broker listener
+        await conn.open()
+        try:
+            async def created():
+                req = ct_req.CreateTopicsRequest(timeout=datetime.timedelta(seconds=10), validate_only=False,
+                                                 topics=(ct_req.CreatableTopic(
+                                                     name="defaults", num_partitions=i32(-1),
+                                                     replication_factor=i16(-1), assignments=(), configs=()),))
+                answer = await _ask(conn, 19, 7, req, ct_resp.CreateTopicsResponse, 10)
+                code = answer.topics[0].error_code
+                return code in (ErrorCode.none, ErrorCode.topic_already_exists)
 
-                await _until(created, 30, "a topic created with -1/-1 through the broker listener")
-                req = md_req.MetadataRequest(topics=None, allow_auto_topic_creation=False,
-                                             include_topic_authorized_operations=False)
-                md = await _ask(conn, 3, 12, req, EpochMetadataResponse, 10)
-                assert [(b.node_id, b.port) for b in md.brokers] == [(1, broker_port)]
-                (topic,) = [t for t in md.topics if t.name == "defaults"]
-                assert len(topic.partitions) == 3 and all(len(p.replica_nodes) == 1 for p in topic.partitions)
-            finally:
-                await conn.close()
+            await _until(created, 30, "a topic created with -1/-1 through the broker listener")
+            req = md_req.MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                         include_topic_authorized_operations=False)
+            md = await _ask(conn, 3, 12, req, EpochMetadataResponse, 10)
+            assert [(b.node_id, b.port) for b in md.brokers] == [(1, broker_port)]
+            (topic,) = [t for t in md.topics if t.name == "defaults"]
+            assert len(topic.partitions) == 3 and all(len(p.replica_nodes) == 1 for p in topic.partitions)
+        finally:
+            await conn.close()
 
-        asyncio.run(check())
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err.decode()[-3000:]
-    warnings = [line for line in err.decode().splitlines() if "not used" in line]
+    err = _run_with_config(
+        tmp_path, f"process.roles=broker,controller\nnode.id=1\ncontroller.quorum.voters=1@127.0.0.1:{controller_port}\n"
+                  f"listeners=PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}\n"
+                  "controller.listener.names=CONTROLLER\ncontroller.quorum.election.timeout.ms=400\n"
+                  "log.dirs={dir}\nnum.partitions=3\ndefault.replication.factor=1\n"
+                  "group.initial.rebalance.delay.ms=0\nbroker.heartbeat.interval.ms=200\n",
+        controller_port, check)
+    warnings = [line for line in err.splitlines() if "not used" in line]
     assert len(warnings) == 1 and "group.initial.rebalance.delay.ms" in warnings[0]
 
 
