@@ -458,17 +458,21 @@ class RaftTransport:
         if conn.closed:
             return
         try:
-            frame = wire.encode_response_body(corr, self._describe_quorum_nodes(_wall_clock_timestamps(env.body)),
-                                              version)
+            body = env.body
+            if type(body) is DescribeQuorumResponse:  # the one answer the transport completes
+                body = self._describe_quorum_for_the_wire(body)
+            frame = wire.encode_response_body(corr, body, version)
         except Exception:  # noqa: BLE001 - see the docstring
             log.exception("cannot encode %s; closing connection %s", type(env.body).__name__, conn.label)
             conn.close()
             return
         conn.write(frame)
 
-    def _describe_quorum_nodes(self, body):
-        """DescribeQuorum answers carry the voters' endpoints (v2 Nodes), which only we know."""
-        if not isinstance(body, DescribeQuorumResponse) or not self.voter_addresses:
+    def _describe_quorum_for_the_wire(self, body: DescribeQuorumResponse) -> DescribeQuorumResponse:
+        """Wall-clock timestamps (_wall_clock_timestamps) and the voters' endpoints (v2 Nodes),
+        which only the transport knows."""
+        body = _wall_clock_timestamps(body)
+        if not self.voter_addresses:
             return body
         return dataclasses.replace(body, nodes=tuple((n, host, port) for n, (host, port)
                                                      in sorted(self.voter_addresses.items())))
@@ -525,11 +529,9 @@ def _tls_reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-def _wall_clock_timestamps(body):
+def _wall_clock_timestamps(body: DescribeQuorumResponse) -> DescribeQuorumResponse:
     """DescribeQuorum's LastFetchTimestamp / LastCaughtUpTimestamp are epoch milliseconds on the wire
     (what Kafka's tools expect); the core keeps them on its monotonic clock. Convert on the way out."""
-    if not isinstance(body, DescribeQuorumResponse):
-        return body
     offset_ms = time.time_ns() // 1_000_000 - time.monotonic_ns() // 1_000_000
 
     def wall(replicas):
