@@ -1193,6 +1193,10 @@ class RaftCore:
             if current_replica:
                 self._drop_read_replica(failed=True)
             return
+        if env.source == resp.leader_id:
+            # the leader answered in person: it is alive, whatever silence made us leave it (our
+            # own stall, say a paused process); only another voter's word about it is stale
+            self._left_leader = (NO_EPOCH, NO_ID)
         if self._observe(resp.leader_epoch, resp.leader_id, now):
             return
         s = self._qs.current

@@ -784,3 +784,24 @@ def test_an_observer_that_left_a_silent_leader_waits_for_news_instead_of_returni
             break
     answer(slow, asks[-1], **ok(leader=1, epoch=3))
     assert (slow.core.role, slow.core.leader_id) == (Role.FOLLOWER, 1)
+
+
+def test_an_observer_that_left_its_leader_returns_at_once_when_the_leader_itself_answers():
+    """The observer, not the leader, was stalled (a paused process): when its discovery Fetch
+    reaches the leader, the leader's own answer is believed at once."""
+    h = observer(rack=None)
+    h.ready()
+    r = h.advance(CONFIG.fetch_timeout_ms + 1)
+    assert h.core.role is Role.UNATTACHED
+    asks = [m for m in r.messages if isinstance(m.body, FetchRequest)]
+    started = h.clock.now_ms
+    for _ in range(15):  # discovery asks a random voter: the others refuse until it asks 1
+        if asks[-1].destination == 1:
+            break
+        answer(h, asks[-1], error_code=Errors.NOT_LEADER_OR_FOLLOWER, partition_error=Errors.NONE, leader_id=-1,
+               leader_epoch=3)
+        asks = [m for m in h.advance(CONFIG.retry_backoff_ms).messages if isinstance(m.body, FetchRequest)]
+    assert asks[-1].destination == 1
+    assert h.clock.now_ms - started < CONFIG.fetch_timeout_ms  # before the old pair is believed anyway
+    answer(h, asks[-1], **ok(leader=1, epoch=3))
+    assert (h.core.role, h.core.leader_id) == (Role.FOLLOWER, 1)
