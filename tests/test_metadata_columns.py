@@ -23,7 +23,7 @@ from kraftlog.engine.records import metadata_columns_pure as pure
 from kraftlog.engine.records.metadata import UNKNOWN_TAGS, decode_record, encode_control, encode_record
 from kraftlog.engine.records.schema import BY_API_KEY
 from kraftlog.engine.records.wire import decode_uvarint, encode_uvarint
-from kraftlog.errors import CorruptRecordError
+from kraftlog.errors import CorruptRecordError, UndecodableRecordError, UnsupportedCodecError
 
 pytestmark = pytest.mark.twin
 
@@ -248,8 +248,8 @@ def both(buf, **kwargs):
 def outcome(impl, buf, **kwargs):
     try:
         return "ok", snapshot(mc.decode_region_with(impl, buf, **kwargs))
-    except CorruptRecordError as exc:
-        return "error", exc.reason, exc.position
+    except UndecodableRecordError as exc:  # corrupt bytes, or an edit made the codec bits name codec 5-7
+        return "error", type(exc).__name__, exc.reason, exc.position
 
 
 def _uuid_pair(u: uuid.UUID) -> list[int]:
@@ -476,10 +476,11 @@ def test_a_region_inside_a_larger_buffer_keeps_absolute_positions(region_values_
 @settings(max_examples=150, deadline=None)
 @given(regions(max_records=10), st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), min_size=1,
                                           max_size=3), st.integers(0, 1 << 20), st.booleans())
-def test_mutated_regions_raise_only_corrupt_record_errors_and_the_twins_agree(
+def test_mutated_regions_raise_only_undecodable_record_errors_and_the_twins_agree(
         region_values_headers, edits, cut, truncate):
     """Random byte edits (CRC not checked, so the decoders see them) and truncations: the outcome is
-    columns or CorruptRecordError, and native and twin give the same columns or the same error."""
+    columns, CorruptRecordError, or UnsupportedCodecError when an edit lands on the codec bits (not
+    known to be corrupt, just unreadable); native and twin give the same columns or the same error."""
     region = bytearray(region_values_headers[0])
     if not region:
         return
@@ -552,7 +553,8 @@ def _valid_frame(value: bytes):
 
 
 def test_bad_crc_truncation_and_codec_are_refused_at_the_batch():
-    """A flipped byte fails the CRC at its batch; a cut batch and an unknown codec are refused."""
+    """A flipped byte fails the CRC at its batch; a cut batch, a corrupt gzip batch and a codec that
+    does not exist are refused at their batch."""
     values = [encode_record("TopicRecord", 0, {"Name": "t", "TopicId": uuid.uuid4()})] * 3
     b1 = batch.build_batch_from_values(values, base_offset=0)
     b2 = batch.build_batch_from_values(values, base_offset=3)
@@ -575,6 +577,14 @@ def test_bad_crc_truncation_and_codec_are_refused_at_the_batch():
     with pytest.raises(CorruptRecordError) as info:
         mc.decode_metadata_region(b1 + bytes(gzip))
     assert info.value.position == len(b1) and "gzip" in info.value.reason
+    unknown = bytearray(b2)
+    unknown[22] |= 5  # codec bits name codec 5, which no Kafka version defines
+    struct.pack_into(">I", unknown, layout.CRC_OFFSET,
+                     reference_crc.crc32c(bytes(unknown[layout.ATTRIBUTES_OFFSET:])))
+    for impl in (NATIVE, pure):
+        with pytest.raises(UnsupportedCodecError) as info:
+            mc.decode_region_with(impl, b1 + bytes(unknown))
+        assert info.value.position == len(b1) and info.value.codec == 5
 
 
 @pytest.mark.parametrize("first_codec", [layout.CODEC_NONE, layout.CODEC_ZSTD])
