@@ -452,7 +452,7 @@ def encode_batches(batches: Sequence[LogBatch]) -> bytes:
 # ---- requests: ours -> kio ------------------------------------------------------------------
 
 
-def _err(code) -> Errors:
+def error_of(code) -> Errors:
     try:
         return Errors(int(code))
     except ValueError:
@@ -536,7 +536,7 @@ def request_from_kio(msg) -> tuple[int, object]:
         sender, request = _request_from_kio(msg)
     except (TypeError, AttributeError, ValueError) as exc:
         raise WireFormatError(f"malformed {type(msg).__name__}: {exc}") from exc
-    _check_epochs(request, type(msg).__name__)
+    check_epochs(request, type(msg).__name__)
     return sender, request
 
 
@@ -546,7 +546,7 @@ def request_from_kio(msg) -> tuple[int, object]:
 MAX_EPOCH = (1 << 31) - 2
 
 
-def _check_epochs(value, what: str) -> None:
+def check_epochs(value, what: str) -> None:
     """WireFormatError when any epoch ``value`` carries (its *epoch* fields, snapshot ids and
     diverging epochs included) is above MAX_EPOCH."""
     for name in getattr(value, "__dataclass_fields__", ()):
@@ -675,7 +675,7 @@ def response_from_kio(msg, request=None):
         response = _response_from_kio(msg, request)
     except (TypeError, AttributeError, ValueError) as exc:
         raise WireFormatError(f"malformed {type(msg).__name__}: {exc}") from exc
-    _check_epochs(response, type(msg).__name__)
+    check_epochs(response, type(msg).__name__)
     return response
 
 
@@ -691,7 +691,7 @@ def _response_from_kio(msg, request=None):
             except UndecodableRecordError as exc:
                 raise WireFormatError(str(exc)) from None
         return FetchResponse(
-            _err(msg.error_code), _err(p.error_code), p.current_leader.leader_id, p.current_leader.leader_epoch,
+            error_of(msg.error_code), error_of(p.error_code), p.current_leader.leader_id, p.current_leader.leader_epoch,
             p.high_watermark, p.log_start_offset,
             None if div.epoch < 0 or div.end_offset < 0 else OffsetAndEpoch(div.end_offset, div.epoch),
             None if snap.epoch < 0 or snap.end_offset < 0 else OffsetAndEpoch(snap.end_offset, snap.epoch),
@@ -699,24 +699,24 @@ def _response_from_kio(msg, request=None):
     if isinstance(msg, kvote_resp.VoteResponse):
         _, p = _one_partition(msg.topics, "Vote response")
         pre_vote = bool(request is not None and request.pre_vote)
-        return VoteResponse(_err(msg.error_code), p.leader_id, p.leader_epoch, p.vote_granted, pre_vote,
-                            _err(p.error_code))
+        return VoteResponse(error_of(msg.error_code), p.leader_id, p.leader_epoch, p.vote_granted, pre_vote,
+                            error_of(p.error_code))
     if isinstance(msg, kbegin_resp.BeginQuorumEpochResponse):
         _, p = _one_partition(msg.topics, "BeginQuorumEpoch response")
-        return BeginQuorumEpochResponse(_err(msg.error_code), p.leader_id, p.leader_epoch, _err(p.error_code))
+        return BeginQuorumEpochResponse(error_of(msg.error_code), p.leader_id, p.leader_epoch, error_of(p.error_code))
     if isinstance(msg, kend_resp.EndQuorumEpochResponse):
         _, p = _one_partition(msg.topics, "EndQuorumEpoch response")
-        return EndQuorumEpochResponse(_err(msg.error_code), p.leader_id, p.leader_epoch, _err(p.error_code))
+        return EndQuorumEpochResponse(error_of(msg.error_code), p.leader_id, p.leader_epoch, error_of(p.error_code))
     if isinstance(msg, ksnap_resp.FetchSnapshotResponse):
         _, p = _one_partition(msg.topics, "FetchSnapshot response")
         sid = p.snapshot_id
         return FetchSnapshotResponse(
-            _err(msg.error_code), _err(p.error_code), p.current_leader.leader_id, p.current_leader.leader_epoch,
+            error_of(msg.error_code), error_of(p.error_code), p.current_leader.leader_id, p.current_leader.leader_epoch,
             None if sid.epoch < 0 or sid.end_offset < 0 else OffsetAndEpoch(sid.end_offset, sid.epoch),
             p.size, p.position, bytes(p.unaligned_records))
     if isinstance(msg, kdescribe_resp.DescribeQuorumResponse):
         if not msg.topics:  # a top-level error answers with no topics
-            return DescribeQuorumResponse(_err(msg.error_code), Errors.NONE)
+            return DescribeQuorumResponse(error_of(msg.error_code), Errors.NONE)
         _, p = _one_partition(msg.topics, "DescribeQuorum response")
 
         def replicas(states):
@@ -724,7 +724,7 @@ def _response_from_kio(msg, request=None):
                                             s.last_caught_up_timestamp) for s in states)
 
         nodes = tuple((n.node_id, li.host, li.port) for n in msg.nodes for li in n.listeners[:1])
-        return DescribeQuorumResponse(_err(msg.error_code), _err(p.error_code), p.leader_id, p.leader_epoch,
+        return DescribeQuorumResponse(error_of(msg.error_code), error_of(p.error_code), p.leader_id, p.leader_epoch,
                                       p.high_watermark, replicas(p.current_voters), replicas(p.observers), nodes)
     raise WireFormatError(f"not a raft response: {type(msg).__name__}")
 
@@ -810,5 +810,5 @@ def produce_result(msg) -> tuple[Errors, int, int, int, str | None]:
             or len(msg.responses[0].partition_responses) != 1:
         raise WireFormatError("Produce response: expected exactly one topic with one partition")
     p = msg.responses[0].partition_responses[0]
-    return (_err(p.error_code), p.base_offset, p.current_leader.leader_id, p.current_leader.leader_epoch,
+    return (error_of(p.error_code), p.base_offset, p.current_leader.leader_id, p.current_leader.leader_epoch,
             p.error_message)

@@ -56,8 +56,8 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 
-from kraftlog.raft import wire
-from kraftlog.raft.messages import DescribeQuorumResponse, Envelope
+from kraftlog.raft import fetch_codec, wire
+from kraftlog.raft.messages import DescribeQuorumResponse, Envelope, FetchRequest, FetchResponse
 
 log = logging.getLogger("kraftlog.raft.transport")
 
@@ -276,8 +276,10 @@ class _PeerLink:
         request = self.pending.pop(corr, None)
         if request is None:
             return  # an answer to a request from before a reconnect
-        check_response_lengths(frame, wire.APIS[type(request)].response)
-        corr, body = wire.decode_response_body(frame, request)
+        body = fetch_codec.decode_response(frame) if type(request) is FetchRequest else None
+        if body is None:  # not a Fetch, or one in a shape fetch_codec leaves to kio
+            check_response_lengths(frame, wire.APIS[type(request)].response)
+            corr, body = wire.decode_response_body(frame, request)
         self.owner.deliver(Envelope(self.peer_id, self.owner.node_id, corr, body))
 
     def _on_lost(self, conn: FrameConnection) -> None:
@@ -391,7 +393,8 @@ class RaftTransport:
         self.frames_rejected += 1
 
     def _on_guarded_request(self, conn: FrameConnection, frame: bytes) -> None:
-        check_request_lengths(frame)  # before any kio read: see "the kio length guard" below
+        if frame[:4] != fetch_codec.FETCH_V17_KEY:  # fetch_codec checks its own lengths (_on_request)
+            check_request_lengths(frame)  # before any kio read: see "the kio length guard" below
         self._on_request(conn, frame)
 
     def note_trailing(self, conn: FrameConnection, api_key: int, version: int, trailing_bytes: int) -> None:
@@ -403,6 +406,12 @@ class RaftTransport:
                       trailing_bytes, api_key, version)
 
     def _on_request(self, conn: FrameConnection, frame: bytes) -> None:
+        if frame[:4] == fetch_codec.FETCH_V17_KEY:
+            fetch = fetch_codec.decode_request(frame)
+            if fetch is not None:
+                self._deliver_request(conn, *fetch, fetch_codec.FETCH_VERSION)
+                return
+            check_request_lengths(frame)  # a Fetch in a shape fetch_codec leaves to kio: guarded first
         rf = wire.parse_request(frame)
         self.note_trailing(conn, rf.api_key, rf.api_version, rf.trailing_bytes)
         if rf.api_key == wire.API_API_VERSIONS:
@@ -412,9 +421,12 @@ class RaftTransport:
             self._on_produce(conn, rf)
         else:
             source, body = wire.request_from_kio(rf.body)
-            local = next(self._inbound_ids)
-            self._inbound[local] = (conn, rf.correlation_id, rf.api_version)
-            self.deliver(Envelope(source, self.node_id, local, body))
+            self._deliver_request(conn, rf.correlation_id, source, body, rf.api_version)
+
+    def _deliver_request(self, conn: FrameConnection, correlation_id: int, source: int, body, version: int) -> None:
+        local = next(self._inbound_ids)
+        self._inbound[local] = (conn, correlation_id, version)
+        self.deliver(Envelope(source, self.node_id, local, body))
 
     def _on_produce(self, conn: FrameConnection, rf: wire.RequestFrame) -> None:
         if self.on_produce is None:
@@ -445,7 +457,10 @@ class RaftTransport:
                 log.warning("no address for node %d; dropping %s", env.destination, type(env.body).__name__)
                 return
             try:
-                frame = wire.encode_request_envelope(env, self.client_id)
+                if type(env.body) is FetchRequest:
+                    frame = fetch_codec.encode_request(env.correlation_id, self.client_id, env.body)
+                else:
+                    frame = wire.encode_request_envelope(env, self.client_id)
             except Exception:  # noqa: BLE001 - see the docstring
                 log.exception("cannot encode %s for node %d; dropped", type(env.body).__name__, env.destination)
                 return
@@ -461,7 +476,10 @@ class RaftTransport:
             body = env.body
             if type(body) is DescribeQuorumResponse:  # the one answer the transport completes
                 body = self._describe_quorum_for_the_wire(body)
-            frame = wire.encode_response_body(corr, body, version)
+            if type(body) is FetchResponse:
+                frame = fetch_codec.encode_response(corr, body)
+            else:
+                frame = wire.encode_response_body(corr, body, version)
         except Exception:  # noqa: BLE001 - see the docstring
             log.exception("cannot encode %s; closing connection %s", type(env.body).__name__, conn.label)
             conn.close()

@@ -1,0 +1,301 @@
+"""Fetch v17, the message of every commit, laid out by hand for the one shape raft sends.
+
+kio's generic writer and reader cost ~50-60 us and ~30 us a message (the Raft issue's profile:
+kio and the conversions were ~40% of a commit's Python time, four Fetch round trips a commit);
+these take a few. kio stays the reference: the tests compare every byte written here with kio's
+and every value read here with what the kio path reads. A frame of any other shape (several
+topics or partitions, tags we do not know, a forgotten-topics list, bytes after the body, a
+varint longer than we write) is not ours to judge: the decoders return None and the caller takes
+kio's path, which serves or refuses it as before.
+
+Request (after the size prefix; header v2, flexible body):
+
+    api_key i16 = 1 | api_version i16 = 17 | correlation_id i32 | client_id i16 length + UTF-8 (-1 null)
+    | header tags uvarint (0)
+    MaxWaitMs i32 | MinBytes i32 | MaxBytes i32 | IsolationLevel i8 | SessionId i32 | SessionEpoch i32
+    | Topics uvarint(1 + 1) | TopicId uuid | Partitions uvarint(1 + 1)
+    | Partition i32 | CurrentLeaderEpoch i32 | FetchOffset i64 | LastFetchedEpoch i32
+      | LogStartOffset i64 | PartitionMaxBytes i32 | partition tags (0, or tag 0 ReplicaDirectoryId uuid)
+    | topic tags (0) | ForgottenTopicsData uvarint(0 + 1) | RackId compact string
+    | tags: 0 ClusterId compact nullable string (when not null),
+            1 ReplicaState{ReplicaId i32, ReplicaEpoch i64, tags} (when not (-1, -1))
+
+Response (after the size prefix; header v1):
+
+    correlation_id i32 | header tags (0)
+    ThrottleTimeMs i32 | ErrorCode i16 | SessionId i32 | Responses uvarint(1 + 1) | TopicId uuid
+    | Partitions uvarint(1 + 1)
+    | PartitionIndex i32 | ErrorCode i16 | HighWatermark i64 | LastStableOffset i64 | LogStartOffset i64
+      | AbortedTransactions compact nullable array (null) | PreferredReadReplica i32
+      | Records compact nullable bytes | partition tags, each written only when not its default:
+        0 DivergingEpoch{Epoch i32, EndOffset i64, tags}, 1 CurrentLeader{LeaderId i32, LeaderEpoch i32,
+        tags}, 2 SnapshotId{EndOffset i64, Epoch i32, tags}
+    | topic tags (0) | tags (0; NodeEndpoints is tag 0)
+
+Compact lengths are uvarint(n + 1), 0 meaning null; a tagged field is uvarint tag | uvarint size |
+value. Values that fit in one varint byte (< 0x80) are the common case and read inline.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from kraftlog.engine.records.wire import decode_uvarint, encode_uvarint
+from kraftlog.errors import UndecodableRecordError
+from kraftlog.raft.messages import FetchRequest, FetchResponse
+from kraftlog.raft.types import NO_EPOCH, NO_ID, OffsetAndEpoch
+from kraftlog.raft.wire import (
+    API_FETCH,
+    METADATA_TOPIC_ID,
+    SIZE,
+    WireFormatError,
+    check_epochs,
+    encode_batches,
+    error_of,
+    split_batches,
+)
+
+FETCH_VERSION = 17
+_KEY = struct.Struct(">hhi")  # api_key, api_version, correlation_id
+FETCH_V17_KEY = _KEY.pack(API_FETCH, FETCH_VERSION, 0)[:4]  # a request frame's first four bytes
+_I16 = struct.Struct(">h")
+_REQUEST_FIXED = struct.Struct(">iiibii")  # MaxWaitMs, MinBytes, MaxBytes, IsolationLevel, SessionId, SessionEpoch
+_REQUEST_PARTITION = struct.Struct(">iiqiqi")  # Partition .. PartitionMaxBytes
+_REPLICA_STATE = struct.Struct(">iqB")  # ReplicaId, ReplicaEpoch, its tags (0)
+_RESPONSE_HEAD = struct.Struct(">iBihi")  # correlation_id, header tags 0, ThrottleTimeMs, ErrorCode, SessionId
+_RESPONSE_PARTITION = struct.Struct(">ihqqq")  # PartitionIndex, ErrorCode, HighWatermark, LSO, LogStartOffset
+_AFTER_ABORTED = struct.Struct(">i")  # PreferredReadReplica
+_DIVERGING = struct.Struct(">BBiqB")  # tag 0, size 13, Epoch, EndOffset, tags
+_LEADER = struct.Struct(">BBiiB")  # tag 1, size 9, LeaderId, LeaderEpoch, tags
+_SNAPSHOT = struct.Struct(">BBqiB")  # tag 2, size 13, EndOffset, Epoch, tags
+_ONE_TOPIC = b"\x02" + METADATA_TOPIC_ID.bytes + b"\x02"  # one topic (the metadata topic), one partition
+_UUID_BYTES = 16
+_DEFAULT_SESSION_EPOCH = -1  # FetchRequest.SessionEpoch's default: no fetch session
+_NO_OFFSET = -1  # LastStableOffset's default, which raft leaves
+
+
+def _compact_string(value: str) -> bytes:
+    data = value.encode()
+    return encode_uvarint(len(data) + 1) + data
+
+
+# ---- requests -----------------------------------------------------------------------------------
+
+
+def encode_request(correlation_id: int, client_id: str | None, request: FetchRequest) -> bytes:
+    """The whole frame (size prefix included) of ``request``: the bytes kio would write."""
+    if client_id is None:
+        client = b"\xff\xff"
+    else:
+        data = client_id.encode()
+        client = _I16.pack(len(data)) + data
+    tags = []
+    if request.cluster_id is not None:
+        value = _compact_string(request.cluster_id)
+        tags.append(b"\x00" + encode_uvarint(len(value)) + value)
+    if request.replica_id != NO_ID:  # ReplicaState{ReplicaId, ReplicaEpoch -1}; its default is (-1, -1)
+        tags.append(b"\x01\x0d" + _REPLICA_STATE.pack(request.replica_id, -1, 0))
+    payload = b"".join((
+        _KEY.pack(API_FETCH, FETCH_VERSION, correlation_id), client, b"\x00",
+        _REQUEST_FIXED.pack(request.max_wait_ms, 0, request.max_bytes, 0, 0, _DEFAULT_SESSION_EPOCH),
+        _ONE_TOPIC,
+        _REQUEST_PARTITION.pack(0, request.current_leader_epoch, request.fetch_offset, request.last_fetched_epoch,
+                                request.log_start_offset, request.max_bytes),
+        b"\x00\x00\x01",  # partition tags, topic tags, no forgotten topics
+        _compact_string(request.rack or ""),
+        encode_uvarint(len(tags)), *tags))
+    return SIZE.pack(len(payload)) + payload
+
+
+def decode_request(frame) -> tuple[int, int, FetchRequest] | None:
+    """(correlation id, sender, request) of a Fetch v17 request frame (no size prefix) in the
+    shape above, else None (kio's path decides). An epoch past MAX_EPOCH raises WireFormatError
+    as on kio's path."""
+    try:
+        decoded = _decode_request(memoryview(frame))
+    except (struct.error, IndexError, UnicodeDecodeError, UndecodableRecordError, _NotOurs):
+        return None
+    corr, request = decoded
+    check_epochs(request, "FetchRequest")
+    return corr, request.replica_id, request
+
+
+class _NotOurs(Exception):
+    """A frame in a shape these decoders leave to kio."""
+
+
+def _byte(view: memoryview, pos: int, expected: int) -> int:
+    if view[pos] != expected:
+        raise _NotOurs
+    return pos + 1
+
+
+def _small_uvarint(view: memoryview, pos: int) -> tuple[int, int]:
+    b = view[pos]
+    if b >= 0x80:
+        raise _NotOurs  # we never write a count or a short string this long
+    return b, pos + 1
+
+
+def _decode_request(view: memoryview) -> tuple[int, FetchRequest]:
+    api_key, version, corr = _KEY.unpack_from(view, 0)
+    if api_key != API_FETCH or version != FETCH_VERSION:
+        raise _NotOurs
+    (client_len,) = _I16.unpack_from(view, 8)
+    if client_len < -1:
+        raise _NotOurs
+    pos = 10 + max(client_len, 0)
+    if client_len > 0:
+        str(view[10:pos], "utf-8")  # kio reads it as text: invalid UTF-8 is kio's to refuse
+    pos = _byte(view, pos, 0)  # header tags
+    max_wait_ms, _, max_bytes, _, _, _ = _REQUEST_FIXED.unpack_from(view, pos)
+    pos = _byte(view, pos + _REQUEST_FIXED.size, 2)  # one topic
+    pos = _byte(view, pos + _UUID_BYTES, 2)  # its topic id (ignored, as on kio's path), one partition
+    _, leader_epoch, fetch_offset, last_epoch, log_start, partition_max_bytes = \
+        _REQUEST_PARTITION.unpack_from(view, pos)
+    pos += _REQUEST_PARTITION.size
+    if view[pos] == 1:  # partition tags: only ReplicaDirectoryId (tag 0), which raft does not use
+        pos = _byte(view, _byte(view, pos + 1, 0), _UUID_BYTES) + _UUID_BYTES
+    else:
+        pos = _byte(view, pos, 0)
+    pos = _byte(view, _byte(view, pos, 0), 1)  # topic tags, no forgotten topics
+    rack_len, pos = _small_uvarint(view, pos)
+    if rack_len == 0:
+        raise _NotOurs  # RackId is not nullable
+    rack = str(view[pos:pos + rack_len - 1], "utf-8")
+    pos += rack_len - 1
+    cluster_id, replica_id, pos = _request_tags(view, pos)
+    if pos != len(view):
+        raise _NotOurs  # trailing bytes: kio's path counts them
+    return corr, FetchRequest(cluster_id, replica_id, max_wait_ms, min(max_bytes, partition_max_bytes), leader_epoch,
+                              fetch_offset, last_epoch, log_start, rack or None)
+
+
+def _request_tags(view: memoryview, pos: int) -> tuple[str | None, int, int]:
+    cluster_id, replica_id = None, NO_ID
+    count, pos = _small_uvarint(view, pos)
+    last_tag = -1
+    for _ in range(count):
+        tag, pos = _small_uvarint(view, pos)
+        size, pos = _small_uvarint(view, pos)
+        if tag <= last_tag:
+            raise _NotOurs
+        last_tag = tag
+        end = pos + size
+        if tag == 0:
+            length, at = _small_uvarint(view, pos)
+            if length == 0 or at + length - 1 != end:
+                raise _NotOurs
+            cluster_id = str(view[at:end], "utf-8")
+        elif tag == 1 and size == _REPLICA_STATE.size:
+            replica_id, _, state_tags = _REPLICA_STATE.unpack_from(view, pos)
+            if state_tags:
+                raise _NotOurs
+        else:
+            raise _NotOurs
+        pos = end
+    return cluster_id, replica_id, pos
+
+
+# ---- responses ----------------------------------------------------------------------------------
+
+
+def encode_response(correlation_id: int, response: FetchResponse) -> bytes:
+    """The whole frame (size prefix included) answering with ``response``: the bytes kio would
+    write. The records are copied once, into the frame."""
+    tags = []
+    div, snap = response.diverging_epoch, response.snapshot_id
+    if div is not None and (div.epoch, div.offset) != (-1, -1):
+        tags.append(_DIVERGING.pack(0, 13, div.epoch, div.offset, 0))
+    if (response.leader_id, response.leader_epoch) != (-1, -1):
+        tags.append(_LEADER.pack(1, 9, response.leader_id, response.leader_epoch, 0))
+    if snap is not None and (snap.offset, snap.epoch) != (-1, -1):
+        tags.append(_SNAPSHOT.pack(2, 13, snap.offset, snap.epoch, 0))
+    records = encode_batches(response.batches) if response.batches else None
+    parts = [
+        _RESPONSE_HEAD.pack(correlation_id, 0, 0, int(response.error_code), 0),
+        _ONE_TOPIC,
+        _RESPONSE_PARTITION.pack(0, int(response.partition_error), response.high_watermark, _NO_OFFSET,
+                                 response.log_start_offset),
+        b"\x00",  # AbortedTransactions: null
+        _AFTER_ABORTED.pack(response.preferred_read_replica),
+        b"\x00" if records is None else encode_uvarint(len(records) + 1)]
+    if records is not None:
+        parts.append(records)
+    parts.append(encode_uvarint(len(tags)))
+    parts.extend(tags)
+    parts.append(b"\x00\x00")  # topic tags, response tags
+    size = sum(map(len, parts))
+    return b"".join((SIZE.pack(size), *parts))
+
+
+def decode_response(frame) -> FetchResponse | None:
+    """The FetchResponse in a Fetch v17 response frame (no size prefix) in the shape above, else
+    None (kio's path decides). Records that do not frame as batches, an error code raft does not
+    know and an epoch past MAX_EPOCH raise WireFormatError, as on kio's path."""
+    view = memoryview(frame)
+    try:
+        fields = _decode_response(view)
+    except (struct.error, UndecodableRecordError, _NotOurs, IndexError):
+        return None
+    (error, partition_error, high_watermark, log_start, preferred, records, leader, div, snap) = fields
+    batches = ()
+    if records is not None and len(records):
+        try:
+            batches = split_batches(records, what="Fetch response records")
+        except UndecodableRecordError as exc:
+            raise WireFormatError(str(exc)) from None
+    response = FetchResponse(error_of(error), error_of(partition_error), leader[0], leader[1], high_watermark,
+                             log_start, div, snap, batches, preferred)
+    check_epochs(response, "FetchResponse")
+    return response
+
+
+def _decode_response(view: memoryview):
+    _, header_tags, _, error, _ = _RESPONSE_HEAD.unpack_from(view, 0)
+    if header_tags:
+        raise _NotOurs
+    pos = _byte(view, _RESPONSE_HEAD.size, 2)  # one topic
+    pos = _byte(view, pos + _UUID_BYTES, 2)  # its id, one partition
+    _, partition_error, high_watermark, _, log_start = _RESPONSE_PARTITION.unpack_from(view, pos)
+    pos += _RESPONSE_PARTITION.size
+    if view[pos] > 1:  # AbortedTransactions: null or empty (raft has no transactions)
+        raise _NotOurs
+    (preferred,) = _AFTER_ABORTED.unpack_from(view, pos + 1)
+    pos += 1 + _AFTER_ABORTED.size
+    length, pos = decode_uvarint(view, pos, 5)
+    records = None
+    if length:
+        end = pos + length - 1
+        if end > len(view):
+            raise _NotOurs
+        records, pos = view[pos:end], end
+    leader, div, snap = (NO_ID, NO_EPOCH), None, None
+    count, pos = _small_uvarint(view, pos)
+    last_tag = -1
+    for _ in range(count):
+        tag = view[pos]
+        if tag <= last_tag:
+            raise _NotOurs
+        last_tag = tag
+        if tag == 0:
+            _, size, epoch, end_offset, more = _DIVERGING.unpack_from(view, pos)
+            div, pos = _offset_and_epoch(end_offset, epoch), pos + _DIVERGING.size
+        elif tag == 1:
+            _, size, leader_id, leader_epoch, more = _LEADER.unpack_from(view, pos)
+            leader, pos = (leader_id, leader_epoch), pos + _LEADER.size
+        elif tag == 2:
+            _, size, end_offset, epoch, more = _SNAPSHOT.unpack_from(view, pos)
+            snap, pos = _offset_and_epoch(end_offset, epoch), pos + _SNAPSHOT.size
+        else:
+            raise _NotOurs
+        if more or size != (9 if tag == 1 else 13):
+            raise _NotOurs
+    pos = _byte(view, _byte(view, pos, 0), 0)  # topic tags, response tags
+    if pos != len(view):
+        raise _NotOurs
+    return error, partition_error, high_watermark, log_start, preferred, records, leader, div, snap
+
+
+def _offset_and_epoch(offset: int, epoch: int) -> OffsetAndEpoch | None:
+    return None if epoch < 0 or offset < 0 else OffsetAndEpoch(offset, epoch)
