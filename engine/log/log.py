@@ -56,7 +56,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from kraftlog.engine.layout import LOG_START_CHECKPOINT_NAME
-from kraftlog.engine.log import recovery
+from kraftlog.engine.log import batch_fields, recovery
 from kraftlog.engine.log.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, LeaderEpochCache
 from kraftlog.engine.log.errors import (
     InvalidAppendError,
@@ -519,22 +519,9 @@ class Log:
             view = memoryview(batches).cast("B")
             self._index_pending()  # check_batches describes into slot 0 on
             n = self._check(view)
-            scratch, expected, epochs, max_ts = self._scratch, self._end, [], -1
-            latest, position = self.epochs.latest_epoch, self._segments[-1].size
-            for i in range(n):
-                k = i * CHECK_FIELDS
-                scratch[k] += position  # where the batch will sit in the segment
-                base, delta = scratch[k + 2], scratch[k + 3]
-                if base != expected:
-                    raise InvalidAppendError(f"batch {i} starts at offset {base}, expected {expected} "
-                                             f"(appends must continue the log end offset)")
-                max_ts = max(max_ts, scratch[k + 4])
-                epoch = scratch[k + 5]
-                if epoch >= 0 and (latest is None or epoch > latest):
-                    epochs.append((epoch, base))
-                    latest = epoch
-                expected = base + delta + 1
-            return self._append(view, len(view), 0, n, expected - 1, max_ts, epochs or None, False)
+            last_offset, max_ts, epochs = batch_fields.continue_log(
+                self._scratch, n, self._segments[-1].size, self._end, self.epochs.latest_epoch)
+            return self._append(view, len(view), 0, n, last_offset, max_ts, epochs or None, False)
 
     def _build_batch(self, items, epoch: int) -> bytes:
         from kraftlog.engine.records import batch as batch_codec

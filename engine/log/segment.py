@@ -21,6 +21,7 @@ import logging
 import os
 import struct
 
+from kraftlog.engine.log import batch_fields
 from kraftlog.engine.log.fs import FileSystem
 from kraftlog.engine.log.index import OffsetIndex, TimeIndex, find_batch, read_span, walk_batches
 from kraftlog.engine.records.layout import HEADER_SIZE, LAST_OFFSET_DELTA_OFFSET
@@ -178,19 +179,12 @@ class Segment:
         the write), described by ``fields`` slots 0..n-1 (check_batches' layout: position in this
         segment, size, base offset, last offset delta, max timestamp, epoch): index entries by the
         sparse rule, max timestamp, bytes since the last entry."""
-        interval, since = self.index_interval_bytes, self.bytes_since_last_index_entry
-        max_ts, max_ts_offset = self.max_timestamp, self.offset_of_max_timestamp
-        for k in range(0, n * 6, 6):
-            position, size, last, ts = fields[k], fields[k + 1], fields[k + 2] + fields[k + 3], fields[k + 4]
-            if ts > max_ts:
-                max_ts, max_ts_offset = ts, last
-            if since > interval:
-                self.offset_index.append(last, position)
-                self.time_index.maybe_append(max_ts, max_ts_offset)
-                since = 0
-            since += size
-        self.bytes_since_last_index_entry = since
-        self.max_timestamp, self.offset_of_max_timestamp = max_ts, max_ts_offset
+        entries, self.bytes_since_last_index_entry, self.max_timestamp, self.offset_of_max_timestamp = \
+            batch_fields.index_entries(fields, n, self.index_interval_bytes, self.bytes_since_last_index_entry,
+                                       self.max_timestamp, self.offset_of_max_timestamp)
+        for last, position, max_ts, max_ts_offset in entries:
+            self.offset_index.append(last, position)
+            self.time_index.maybe_append(max_ts, max_ts_offset)
 
     def rollback(self) -> None:
         """Cut the file back to ``size`` after a failed write (raises OSError if that fails too)."""
