@@ -42,8 +42,8 @@ SPY_EXIT_TIMEOUT_S = 60
 CATEGORIES = (
     ("kio encode/decode", r"kio/", None),
     ("fsync", r"engine/log/fs\.py$", "sync"),
-    ("wire: framing, batch split, Fetch codec, kio conversion (raft/wire.py, fetch_codec.py)",
-     r"raft/(wire|fetch_codec)\.py$", None),
+    ("wire: framing, batch split, Fetch codec, kio conversion (raft/wire.py, hot_codec.py)",
+     r"raft/(wire|hot_codec)\.py$", None),
     ("log append/read (engine/log, raftlog.py)", r"engine/(log/|node/raftlog\.py)", None),
     ("raft core (core, ready, messages, metrics)", r"raft/(core|ready|messages|metrics)\.py$", None),
     ("driver (raft/aio/driver.py)", r"raft/aio/driver\.py$", None),

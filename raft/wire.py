@@ -782,7 +782,11 @@ def produce_values(msg) -> list[bytes]:
     if topics is None or len(topics) != 1 or topics[0].partition_data is None or len(topics[0].partition_data) != 1 or topics[0].name != METADATA_TOPIC \
             or topics[0].partition_data[0].index != METADATA_PARTITION:
         raise WireFormatError("Produce must name __cluster_metadata partition 0, and nothing else")
-    records = topics[0].partition_data[0].records
+    return record_values(topics[0].partition_data[0].records)
+
+
+def record_values(records) -> list[bytes]:
+    """The record values of a Produce request's records (null or empty: none; CRC checked)."""
     if not records:
         return []
     try:

@@ -56,7 +56,7 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 
-from kraftlog.raft import fetch_codec, wire
+from kraftlog.raft import hot_codec, wire
 from kraftlog.raft.messages import DescribeQuorumResponse, Envelope, FetchRequest, FetchResponse
 
 log = logging.getLogger("kraftlog.raft.transport")
@@ -276,8 +276,8 @@ class _PeerLink:
         request = self.pending.pop(corr, None)
         if request is None:
             return  # an answer to a request from before a reconnect
-        body = fetch_codec.decode_response(frame) if type(request) is FetchRequest else None
-        if body is None:  # not a Fetch, or one in a shape fetch_codec leaves to kio
+        body = hot_codec.decode_fetch_response(frame) if type(request) is FetchRequest else None
+        if body is None:  # not a Fetch, or one in a shape hot_codec leaves to kio
             check_response_lengths(frame, wire.APIS[type(request)].response)
             corr, body = wire.decode_response_body(frame, request)
         self.owner.deliver(Envelope(self.peer_id, self.owner.node_id, corr, body))
@@ -393,7 +393,7 @@ class RaftTransport:
         self.frames_rejected += 1
 
     def _on_guarded_request(self, conn: FrameConnection, frame: bytes) -> None:
-        if frame[:4] != fetch_codec.FETCH_V17_KEY:  # fetch_codec checks its own lengths (_on_request)
+        if frame[:4] != hot_codec.FETCH_V17_KEY:  # hot_codec checks its own lengths (_on_request)
             check_request_lengths(frame)  # before any kio read: see "the kio length guard" below
         self._on_request(conn, frame)
 
@@ -406,19 +406,27 @@ class RaftTransport:
                       trailing_bytes, api_key, version)
 
     def _on_request(self, conn: FrameConnection, frame: bytes) -> None:
-        if frame[:4] == fetch_codec.FETCH_V17_KEY:
-            fetch = fetch_codec.decode_request(frame)
+        key = frame[:4]
+        if key == hot_codec.FETCH_V17_KEY:
+            fetch = hot_codec.decode_fetch_request(frame)
             if fetch is not None:
-                self._deliver_request(conn, *fetch, fetch_codec.FETCH_VERSION)
+                self._deliver_request(conn, *fetch, hot_codec.FETCH_VERSION)
                 return
-            check_request_lengths(frame)  # a Fetch in a shape fetch_codec leaves to kio: guarded first
+            check_request_lengths(frame)  # a Fetch in a shape hot_codec leaves to kio: guarded first
+        elif key == hot_codec.PRODUCE_V10_KEY and self.on_produce is not None:
+            produce = hot_codec.decode_produce_request(frame)
+            if produce is not None:
+                self._on_produce(conn, *produce)
+                return
         rf = wire.parse_request(frame)
         self.note_trailing(conn, rf.api_key, rf.api_version, rf.trailing_bytes)
         if rf.api_key == wire.API_API_VERSIONS:
             conn.write(wire.frame_response(rf.correlation_id, wire.api_versions_response(rf.api_version),
                                            header_v0=True))
         elif rf.api_key == wire.API_PRODUCE:
-            self._on_produce(conn, rf)
+            if self.on_produce is None:
+                raise wire.WireFormatError("this node takes no Produce requests")
+            self._on_produce(conn, rf.correlation_id, wire.produce_values(rf.body))
         else:
             source, body = wire.request_from_kio(rf.body)
             self._deliver_request(conn, rf.correlation_id, source, body, rf.api_version)
@@ -428,15 +436,9 @@ class RaftTransport:
         self._inbound[local] = (conn, correlation_id, version)
         self.deliver(Envelope(source, self.node_id, local, body))
 
-    def _on_produce(self, conn: FrameConnection, rf: wire.RequestFrame) -> None:
-        if self.on_produce is None:
-            raise wire.WireFormatError("this node takes no Produce requests")
-        values = wire.produce_values(rf.body)
-        corr = rf.correlation_id
-
+    def _on_produce(self, conn: FrameConnection, corr: int, values: list[bytes]) -> None:
         def reply(error, base_offset: int, leader_id: int, leader_epoch: int, message: str | None = None) -> None:
-            conn.write(wire.frame_response(corr, wire.produce_response(error, base_offset, leader_id, leader_epoch,
-                                                                       message)))
+            conn.write(hot_codec.encode_produce_response(corr, error, base_offset, leader_id, leader_epoch, message))
 
         self.on_produce(values, reply)
 
@@ -458,7 +460,7 @@ class RaftTransport:
                 return
             try:
                 if type(env.body) is FetchRequest:
-                    frame = fetch_codec.encode_request(env.correlation_id, self.client_id, env.body)
+                    frame = hot_codec.encode_fetch_request(env.correlation_id, self.client_id, env.body)
                 else:
                     frame = wire.encode_request_envelope(env, self.client_id)
             except Exception:  # noqa: BLE001 - see the docstring
@@ -477,7 +479,7 @@ class RaftTransport:
             if type(body) is DescribeQuorumResponse:  # the one answer the transport completes
                 body = self._describe_quorum_for_the_wire(body)
             if type(body) is FetchResponse:
-                frame = fetch_codec.encode_response(corr, body)
+                frame = hot_codec.encode_fetch_response(corr, body)
             else:
                 frame = wire.encode_response_body(corr, body, version)
         except Exception:  # noqa: BLE001 - see the docstring

@@ -1,4 +1,4 @@
-"""Proves raft/fetch_codec.py is kio, faster: every Fetch v17 frame it writes is byte for byte the
+"""Proves raft/hot_codec.py is kio, faster: every Fetch v17 and Produce v10 frame it writes is byte for byte the
 frame kio writes for the same value (kio is an independent implementation of Kafka's schemas);
 every frame it reads gives what kio's path gives (parse_request / request_from_kio and
 decode_response_body); and on damaged, foreign or differently shaped frames it either steps aside
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from kio.schema.fetch.v17 import request as kfetch_req
 from kio.static.primitive import i32 as ki32
 
-from kraftlog.raft import fetch_codec, wire
+from kraftlog.raft import hot_codec, wire
 from kraftlog.raft.aio.transport import check_request_lengths, check_response_lengths
 from kraftlog.raft.messages import Envelope, FetchRequest, FetchResponse
 from kraftlog.raft.types import Errors, LogBatch, OffsetAndEpoch
@@ -76,9 +76,9 @@ def comparable(response: FetchResponse):
 @example(FetchRequest(None, -1, 0, 0, 0, 0, 0, 0, None), 0, None)  # no ReplicaState, no ClusterId: no tags
 @example(FetchRequest("c" * 200, 7, 0, 0, 0, 0, 0, 0, "r" * 300), 1, "x" * 400)  # 2-byte varint lengths
 def test_requests_are_kios_bytes_and_read_back_as_kio_reads_them(request, corr, client_id):
-    frame = fetch_codec.encode_request(corr, client_id, request)
+    frame = hot_codec.encode_fetch_request(corr, client_id, request)
     assert frame == wire.encode_request_envelope(Envelope(1, 2, corr, request), client_id)
-    decoded = fetch_codec.decode_request(frame[4:])
+    decoded = hot_codec.decode_fetch_request(frame[4:])
     expected = kio_request(frame[4:])
     assert expected[3] == 0 and expected[:3] == (corr, request.replica_id, request)
     if decoded is not None:  # long strings take kio's path (varints of one byte only here)
@@ -90,9 +90,9 @@ def test_requests_are_kios_bytes_and_read_back_as_kio_reads_them(request, corr, 
 @settings(max_examples=300, deadline=None)
 @given(responses(), st.integers(0, 2**31 - 1))
 def test_responses_are_kios_bytes_and_read_back_as_kio_reads_them(response, corr):
-    frame = fetch_codec.encode_response(corr, response)
+    frame = hot_codec.encode_fetch_response(corr, response)
     assert frame == wire.encode_response_body(corr, response)
-    decoded = fetch_codec.decode_response(frame[4:])
+    decoded = hot_codec.decode_fetch_response(frame[4:])
     assert decoded is not None
     assert comparable(decoded) == comparable(kio_response(frame[4:]))
 
@@ -106,27 +106,27 @@ def test_a_kafka_voters_replica_directory_id_is_read_and_other_shapes_go_to_kio(
     with_dir = replace(base, topics=(replace(topic, partitions=(
         replace(partition, replica_directory_id=uuid.uuid4()),)),))
     frame = wire.frame_request(1, 17, 9, "k", with_dir)[4:]
-    assert fetch_codec.decode_request(frame) == kio_request(frame)[:3]
+    assert hot_codec.decode_fetch_request(frame) == kio_request(frame)[:3]
 
     two = replace(base, topics=(replace(topic, partitions=(partition, replace(partition, partition=ki32(1)))),))
     forgotten = replace(base, forgotten_topics_data=(
         kfetch_req.ForgottenTopic(topic_id=uuid.uuid4(), partitions=(ki32(0),)),))
     for other in (two, forgotten):
-        assert fetch_codec.decode_request(wire.frame_request(1, 17, 9, "k", other)[4:]) is None
-    ours = fetch_codec.encode_request(9, "k", FetchRequest(None, 3, 0, 0, 0, 0, 0, 0))[4:]
-    assert fetch_codec.decode_request(ours + b"\x00\x00") is None  # kio's path counts trailing bytes
+        assert hot_codec.decode_fetch_request(wire.frame_request(1, 17, 9, "k", other)[4:]) is None
+    ours = hot_codec.encode_fetch_request(9, "k", FetchRequest(None, 3, 0, 0, 0, 0, 0, 0))[4:]
+    assert hot_codec.decode_fetch_request(ours + b"\x00\x00") is None  # kio's path counts trailing bytes
     assert kio_request(ours + b"\x00\x00")[3] == 2
 
 
 def test_unusable_epochs_and_unknown_error_codes_are_refused_as_kio_refuses_them():
-    frame = fetch_codec.encode_request(1, None, FetchRequest(None, 2, 0, 0, wire.MAX_EPOCH + 1, 0, 0, 0))[4:]
+    frame = hot_codec.encode_fetch_request(1, None, FetchRequest(None, 2, 0, 0, wire.MAX_EPOCH + 1, 0, 0, 0))[4:]
     with pytest.raises(wire.WireFormatError, match="current_leader_epoch"):
-        fetch_codec.decode_request(frame)
+        hot_codec.decode_fetch_request(frame)
     with pytest.raises(wire.WireFormatError, match="current_leader_epoch"):
         kio_request(frame)
-    good = bytearray(fetch_codec.encode_response(1, FetchResponse(Errors.NONE, Errors.NONE, 1, 2, 0, 0))[4:])
+    good = bytearray(hot_codec.encode_fetch_response(1, FetchResponse(Errors.NONE, Errors.NONE, 1, 2, 0, 0))[4:])
     good[9:11] = (999).to_bytes(2, "big")  # the top-level ErrorCode: a code raft does not know
-    for decode in (fetch_codec.decode_response, kio_response):
+    for decode in (hot_codec.decode_fetch_response, kio_response):
         with pytest.raises(wire.WireFormatError, match="999"):
             decode(bytes(good))
 
@@ -142,12 +142,12 @@ def _outcome(decode, frame):
 @given(REQUESTS, st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 255)), min_size=1, max_size=3),
        st.integers(0, 1 << 16), st.booleans())
 def test_damaged_requests_are_left_to_kio_or_read_as_kio_reads_them(request, edits, cut, truncate):
-    frame = bytearray(fetch_codec.encode_request(5, "n", request)[4:])
+    frame = bytearray(hot_codec.encode_fetch_request(5, "n", request)[4:])
     for pos, byte in edits:
         frame[pos % len(frame)] = byte
     if truncate:
         frame = frame[:cut % len(frame)]
-    fast = _outcome(fetch_codec.decode_request, bytes(frame))
+    fast = _outcome(hot_codec.decode_fetch_request, bytes(frame))
     event("stepped aside" if fast == ("ok", None) else f"fast {fast[0]}")
     if fast == ("ok", None):
         return  # stepped aside: the transport runs kio's path, which is the reference
@@ -161,12 +161,12 @@ def test_damaged_requests_are_left_to_kio_or_read_as_kio_reads_them(request, edi
 @given(responses(), st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 255)), min_size=1, max_size=3),
        st.integers(0, 1 << 16), st.booleans())
 def test_damaged_responses_are_left_to_kio_or_read_as_kio_reads_them(response, edits, cut, truncate):
-    frame = bytearray(fetch_codec.encode_response(5, response)[4:])
+    frame = bytearray(hot_codec.encode_fetch_response(5, response)[4:])
     for pos, byte in edits:
         frame[pos % len(frame)] = byte
     if truncate:
         frame = frame[:cut % len(frame)]
-    fast = _outcome(fetch_codec.decode_response, bytes(frame))
+    fast = _outcome(hot_codec.decode_fetch_response, bytes(frame))
     event("stepped aside" if fast == ("ok", None) else f"fast {fast[0]}")
     if fast == ("ok", None):
         return
@@ -174,3 +174,69 @@ def test_damaged_responses_are_left_to_kio_or_read_as_kio_reads_them(response, e
     assert fast[0] == slow[0]
     if fast[0] == "ok":
         assert comparable(fast[1]) == comparable(slow[1])
+
+
+# ---- Produce v10 -----------------------------------------------------------------------------------
+
+
+def kio_produce(frame: bytes):
+    check_request_lengths(frame)
+    rf = wire.parse_request(frame)
+    return rf.correlation_id, wire.produce_values(rf.body)
+
+
+def produce_frame(values, corr: int = 3, client_id: str | None = "c", timeout_ms: int = 500) -> bytes:
+    return wire.frame_request(0, 10, corr, client_id, wire.produce_request(values, timeout_ms=timeout_ms))[4:]
+
+
+VALUES = st.lists(st.binary(max_size=300), min_size=1, max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(VALUES, st.integers(0, 2**31 - 1), text, st.integers(0, 2**31 - 1))
+def test_produce_requests_read_as_kio_reads_them(values, corr, client_id, timeout_ms):
+    frame = produce_frame(values, corr, client_id, timeout_ms)
+    assert hot_codec.decode_produce_request(frame) == kio_produce(frame) == (corr, values)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.sampled_from(list(Errors)), i64, i32, epoch, st.one_of(st.none(), st.text()))
+def test_produce_responses_are_kios_bytes(corr, error, base_offset, leader_id, leader_epoch, message):
+    frame = hot_codec.encode_produce_response(corr, error, base_offset, leader_id, leader_epoch, message)
+    assert frame == wire.frame_response(corr, wire.produce_response(error, base_offset, leader_id, leader_epoch,
+                                                                    message))
+    _, body = wire.parse_response(frame[4:], wire.PRODUCE_API.response)
+    assert wire.produce_result(body) == (error, base_offset, leader_id, leader_epoch, message)
+
+
+def test_produce_in_other_shapes_goes_to_kio():
+    """Another topic or partition, a transactional id, trailing bytes: None (kio's path refuses
+    the first two, ignores the id, counts the bytes)."""
+    base = wire.produce_request([b"v"], timeout_ms=5)
+    topic = base.topic_data[0]
+    others = (replace(base, topic_data=(replace(topic, name="other"),)),
+              replace(base, topic_data=(replace(topic, partition_data=(
+                  replace(topic.partition_data[0], index=ki32(1)),)),)),
+              replace(base, transactional_id="tx"))
+    for other in others:
+        frame = wire.frame_request(0, 10, 1, "c", other)[4:]
+        assert hot_codec.decode_produce_request(frame) is None
+    assert hot_codec.decode_produce_request(produce_frame([b"v"]) + b"\x00") is None
+    with pytest.raises(wire.WireFormatError, match="__cluster_metadata"):
+        kio_produce(wire.frame_request(0, 10, 1, "c", others[0])[4:])
+
+
+@settings(max_examples=500, deadline=None)
+@given(VALUES, st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 255)), min_size=1, max_size=3),
+       st.integers(0, 1 << 16), st.booleans())
+def test_damaged_produce_requests_are_left_to_kio_or_read_as_kio_reads_them(values, edits, cut, truncate):
+    frame = bytearray(produce_frame(values))
+    for pos, byte in edits:
+        frame[pos % len(frame)] = byte
+    if truncate:
+        frame = frame[:cut % len(frame)]
+    fast = _outcome(hot_codec.decode_produce_request, bytes(frame))
+    event("stepped aside" if fast == ("ok", None) else f"fast {fast[0]}")
+    if fast == ("ok", None):
+        return
+    assert fast == _outcome(kio_produce, bytes(frame))
