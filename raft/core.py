@@ -83,6 +83,10 @@ class RaftConfig:
     request_timeout_ms: int = 2000
     retry_backoff_ms: int = 20
     fetch_max_wait_ms: int = 500  # how long the leader parks a Fetch with nothing to return
+    # A parked Fetch whose only news is a higher HW waits this long for data to carry it: a client's
+    # next proposal usually comes within it, so a commit costs each follower one Fetch round trip,
+    # not two (data, then the HW alone). Followers learn an HW at most this much later.
+    hw_notify_delay_ms: int = 5
     fetch_max_bytes: int = 8 << 20
     snapshot_chunk_max_bytes: int = 1 << 20
     deliveries_max_batches: int = 4096  # per poll, so one poll stays short
@@ -183,6 +187,7 @@ class RaftCore:
         self._retry_at: dict[tuple[type, int], int] = {}
         self._correlation = rng.getrandbits(30)
         self._hw = -1  # this node's high watermark; never decreases (-1: not known yet)
+        self._hw_advanced_ms = -1  # as leader: when _hw last moved (hw_notify_delay_ms counts from it)
         self._listener_next = 0  # the next offset the listener needs
         self._delivered_batch_bytes = 1024  # a typical delivered batch's size: sizes the next read
         self._notified: tuple[int, int] = (NO_ID, NO_EPOCH)
@@ -434,6 +439,8 @@ class RaftCore:
         times.extend(self._retry_at.values())
         if self._leader is not None:
             times.extend(p.deadline_ms for p in self._leader.parked.values())
+            if self._leader.parked:  # a parked Fetch may be waiting for the HW's turn
+                times.append(self._hw_advanced_ms + self.config.hw_notify_delay_ms)
             times.append(self._leader.since_ms + self.config.check_quorum_timeout_ms)
             times.extend(p.last_fetch_ms + self.config.check_quorum_timeout_ms
                          for p in self._leader.voters.values() if p.last_fetch_ms >= 0)
@@ -711,7 +718,8 @@ class RaftCore:
         end = self.log.end_offset()
         for replica_id, parked in list(lp.parked.items()):
             progress = self._progress_of(replica_id)
-            if now >= parked.deadline_ms or end > parked.request.fetch_offset or self._hw > progress.last_sent_hw:
+            if now >= parked.deadline_ms or end > parked.request.fetch_offset or \
+                    (self._hw > progress.last_sent_hw and self._hw_news_due(now)):
                 del lp.parked[replica_id]
                 self._respond(parked.envelope, self._complete_fetch(parked.request, now))
 
@@ -729,6 +737,7 @@ class RaftCore:
         # Only an offset past our LeaderChange record proves the earlier entries committed.
         if majority_end > lp.epoch_start_offset and majority_end > self._hw:
             self._hw = majority_end
+            self._hw_advanced_ms = now
             self.log.update_high_watermark(majority_end)
             while lp.appended and lp.appended[0][0] < majority_end:
                 _, appended_ms = lp.appended.popleft()
@@ -931,13 +940,20 @@ class RaftCore:
         answer_now = (
             response.batches or response.diverging_epoch is not None or response.snapshot_id is not None
             or response.preferred_read_replica != NO_ID
-            or req.max_wait_ms == 0 or progress is None or hw_known_to_replica < self._hw
+            or req.max_wait_ms == 0 or progress is None
+            or (hw_known_to_replica < self._hw and self._hw_news_due(now))
         )
         if answer_now:
             return self._respond(env, response)
-        # nothing new for this replica: park the fetch until data, a higher HW or max wait
+        # nothing new for this replica (or only an HW too fresh to send alone): park the fetch until
+        # data, the HW's turn or max wait; the replica has not been told the HW the answer held
         # (a newer fetch from the same replica replaces the old one, which it gave up on)
+        progress.last_sent_hw = hw_known_to_replica
         self._leader.parked[req.replica_id] = _Parked(env, req, now + req.max_wait_ms)
+
+    def _hw_news_due(self, now: int) -> bool:
+        """Whether a higher HW alone is worth an answer now (hw_notify_delay_ms after it moved)."""
+        return now >= self._hw_advanced_ms + self.config.hw_notify_delay_ms
 
     def _complete_fetch(self, req: FetchRequest, now: int) -> FetchResponse:
         """Validate (FetchOffset, LastFetchedEpoch) against our epoch cache and build the answer."""

@@ -290,11 +290,19 @@ def test_observers_never_count_for_the_high_watermark():
     assert [o.replica_id for o in d.observers] == [7] and d.observers[0].log_end_offset == 6
 
 
-def test_a_caught_up_fetch_is_parked_until_max_wait_unless_the_hw_is_stale():
+def test_a_caught_up_fetch_is_parked_until_data_the_hw_news_or_max_wait():
+    """A fetch with nothing new parks. A higher HW alone is sent hw_notify_delay_ms after it
+    moved (data within that window carries it instead); max wait answers it empty."""
     h = leader_with_log()
-    r = h.request(2, fetch(6, 3))  # advances the HW to 6; this answer carries it
+    delay = h.core.config.hw_notify_delay_ms
+    r = h.request(2, fetch(6, 3))  # advances the HW to 6, too fresh to be sent alone: parked
+    assert not [m for m in r.messages if isinstance(m.body, FetchResponse)]
+    assert h.core.high_watermark == 6
+    r = h.advance(delay - 1)
+    assert not [m for m in r.messages if isinstance(m.body, FetchResponse)]
+    r = h.advance(1)  # the HW's turn
     assert only(r.messages, FetchResponse).body.high_watermark == 6
-    r = h.request(3, fetch(6, 3, replica=3))  # replica 3 never saw HW 6: answered at once
+    r = h.request(3, fetch(6, 3, replica=3))  # replica 3 never saw HW 6, which is due: answered at once
     assert only(r.messages, FetchResponse).body.high_watermark == 6
     r = h.request(3, fetch(6, 3, replica=3))  # now nothing new: parked
     assert not [m for m in r.messages if isinstance(m.body, FetchResponse)]
@@ -304,6 +312,22 @@ def test_a_caught_up_fetch_is_parked_until_max_wait_unless_the_hw_is_stale():
     h.core.append([b"new"])
     r = h.ready()  # new data completes the parked fetch
     assert only(r.messages, FetchResponse).body.batches[0].records == (b"new",)
+
+
+def test_data_within_the_hw_delay_carries_the_new_hw_in_one_answer():
+    """The next proposal within hw_notify_delay_ms completes both parked fetches with its data and
+    the HW the first follower's fetch moved: one answer each, not an HW answer and a data one."""
+    h = leader_with_log()
+    h.request(2, fetch(6, 3))  # HW -> 6, parked
+    r = h.request(3, fetch(6, 3, replica=3))  # parked too: the HW is not due yet
+    assert not [m for m in r.messages if isinstance(m.body, FetchResponse)]
+    h.core.append([b"next"])
+    r = h.ready()
+    answers = sorted((m.destination, m.body) for m in r.messages if isinstance(m.body, FetchResponse))
+    assert [(d, b.high_watermark, b.batches[0].records) for d, b in answers] == [(2, 6, (b"next",)),
+                                                                                 (3, 6, (b"next",))]
+    assert not [m for m in h.advance(h.core.config.hw_notify_delay_ms).messages
+                if isinstance(m.body, FetchResponse)]  # nothing left to tell
 
 
 def test_fetch_epoch_and_cluster_checks():
@@ -710,7 +734,8 @@ def test_a_caught_up_consumer_waits_for_the_high_watermark_and_each_is_answered(
     assert [[b.records for b in resp.batches] for resp in got] == [[(b"uncommitted",)]] * 2
     assert all(resp.high_watermark == 7 for resp in got)
     assert answers(h.request(-1, consumer(7, max_wait_ms=40))) == []
-    resp = only(h.advance(41).messages, FetchResponse).body  # the wait ends with an empty answer
+    to_consumers = [m for m in h.advance(41).messages if m.destination == -1]  # (the follower hears of HW 7 too)
+    resp = only(to_consumers, FetchResponse).body  # the wait ends with an empty answer
     assert resp.partition_error is Errors.NONE and resp.batches == ()
 
 
