@@ -78,9 +78,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import Records, i16, i32, i64, u16
 
 from kraftlog.engine.records import batch as batch_codec
-from kraftlog.engine.records.layout import (
-    CONTROL_BIT,
-)
+from kraftlog.engine.records.layout import CONTROL_BIT, SMALL_RUN_BATCHES
 from kraftlog.engine.records.metadata import encode_control
 from kraftlog.errors import CorruptRecordError, UndecodableRecordError
 from kraftlog.raft.control import LEADER_CHANGE_TYPE, decode_leader_change
@@ -384,10 +382,25 @@ class BatchRun(Sequence):
     def take(self, end_offset: int, max_batches: int, max_records: int) -> int:
         """How many leading batches end at or below ``end_offset``, at most ``max_batches``, taking
         batches while fewer than ``max_records`` records were taken before each."""
+        if len(self._bases) <= SMALL_RUN_BATCHES:
+            return _take_loop(self._bases.tolist(), self._counts.tolist(), end_offset, max_batches, max_records)
+        return self._take_vectorised(end_offset, max_batches, max_records)
+
+    def _take_vectorised(self, end_offset: int, max_batches: int, max_records: int) -> int:
         ends = self._bases + self._counts
         k = min(int(np.searchsorted(ends, end_offset, side="right")), max_batches)
         before = np.cumsum(self._counts[:k]) - self._counts[:k]
         return int(np.searchsorted(before, max_records, side="left"))
+
+
+def _take_loop(bases: list, counts: list, end_offset: int, max_batches: int, max_records: int) -> int:
+    taken = records = 0
+    for base, count in zip(bases, counts, strict=True):
+        if taken == max_batches or base + count > end_offset or records >= max_records:
+            break
+        taken += 1
+        records += count
+    return taken
 
 
 def split_batches(buf, *, what: str = "records") -> BatchRun:
@@ -403,17 +416,49 @@ def split_batches(buf, *, what: str = "records") -> BatchRun:
     if scan.error_position is not None:
         raise CorruptRecordError(f"{what}: {scan.error_reason}", position=scan.error_position)
     bases, counts, positions = scan.base_offsets, scan.record_counts.astype(np.int64), scan.positions
-    dense = scan.last_offsets - bases + 1 == counts  # raft batches: one offset per record, nothing compacted
-    if not dense.all():
-        k = int(dense.argmin())
-        raise CorruptRecordError(f"{what}: recordCount {int(counts[k])} with lastOffsetDelta "
-                                 f"{int(scan.last_offsets[k] - bases[k])}", position=int(positions[k]))
-    gaps = bases[1:] != bases[:-1] + counts[:-1]
-    if gaps.any():
-        k = int(gaps.argmax()) + 1
-        raise CorruptRecordError(f"{what}: batch at offset {int(bases[k])} does not continue the one before "
-                                 f"(which ends at {int(bases[k - 1] + counts[k - 1])})", position=int(positions[k]))
+    if len(bases) <= SMALL_RUN_BATCHES:
+        broken = _first_broken_loop(bases.tolist(), counts.tolist(), scan.last_offsets.tolist())
+    else:
+        broken = _first_broken_vectorised(bases, counts, scan.last_offsets)
+    if broken is not None:
+        k, problem = broken
+        raise CorruptRecordError(f"{what}: {problem}", position=int(positions[k]))
     return BatchRun(view, bases, counts, scan.partition_leader_epochs, scan.attributes, positions, scan.size_bytes)
+
+
+# raft's batches hold one offset per record (nothing compacted) and continue each other: the first
+# batch that breaks either rule, and how (the loop for short runs, numpy for long ones; both tested)
+
+
+def _not_dense(count: int, base: int, last: int) -> str:
+    return f"recordCount {count} with lastOffsetDelta {last - base}"
+
+
+def _not_continuing(base: int, previous_end: int) -> str:
+    return f"batch at offset {base} does not continue the one before (which ends at {previous_end})"
+
+
+def _first_broken_loop(bases: list, counts: list, lasts: list) -> tuple[int, str] | None:
+    end = None
+    for k, (base, count, last) in enumerate(zip(bases, counts, lasts, strict=True)):
+        if last - base + 1 != count:
+            return k, _not_dense(count, base, last)
+        if end is not None and base != end:
+            return k, _not_continuing(base, end)
+        end = base + count
+    return None
+
+
+def _first_broken_vectorised(bases, counts, lasts) -> tuple[int, str] | None:
+    not_dense = lasts - bases + 1 != counts
+    gaps = np.concatenate(([False], bases[1:] != bases[:-1] + counts[:-1]))
+    broken = not_dense | gaps
+    if not broken.any():
+        return None
+    k = int(broken.argmax())
+    if not_dense[k]:
+        return k, _not_dense(int(counts[k]), int(bases[k]), int(lasts[k]))
+    return k, _not_continuing(int(bases[k]), int(bases[k - 1] + counts[k - 1]))
 
 
 def leader_change_value(payload: bytes) -> bytes:

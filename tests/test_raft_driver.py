@@ -23,7 +23,9 @@ from raft_sim.storage import MemLog
 from kraftlog.engine.node.raftlog import EngineRaftLog, FileSnapshotStore
 from kraftlog.engine.node.raftnode import RaftClient, RaftNode
 from kraftlog.engine.records import batch as batch_codec
+from kraftlog.engine.records.layout import SMALL_RUN_BATCHES
 from kraftlog.errors import CorruptRecordError
+from kraftlog.raft import wire
 from kraftlog.raft.aio.driver import DriverConfig
 from kraftlog.raft.aio.quorum_file import QuorumStateFile
 from kraftlog.raft.control import encode_leader_change
@@ -99,6 +101,32 @@ def test_a_follower_append_larger_than_one_log_append_is_taken_whole(tmp_path):
     assert [(b.base_offset, b.epoch, tuple(b.records)) for b in back] == \
         [(b.base_offset, b.epoch, b.records) for b in batches]
     log.close()
+
+
+@pytest.mark.parametrize("length", [3, 3 * SMALL_RUN_BATCHES])  # the loop's runs and numpy's
+@pytest.mark.parametrize("fault", ["epoch down", "above the leader", None])
+def test_a_follower_run_with_a_bad_epoch_is_refused_at_that_batch(tmp_path, length, fault):
+    """A run (as a Fetch answer brings it) whose epochs go down or pass the leader's is refused
+    naming its first bad batch, and nothing of it is appended; a good one is appended whole."""
+    epochs = [1 + i * 2 // length for i in range(length)]  # 1 .. 2, rising
+    bad = length - 2
+    if fault == "epoch down":
+        epochs[bad] = 0
+    elif fault == "above the leader":
+        epochs[bad] = 4
+    raw = b"".join(batch_codec.build_batch_from_values([b"v%d" % i], base_offset=i, partition_leader_epoch=e)
+                   for i, e in enumerate(epochs))
+    run = wire.split_batches(raw)
+    log = EngineRaftLog(tmp_path / "log", FileSnapshotStore(tmp_path / "snapshots"))
+    try:
+        if fault is None:
+            assert tuple(log.append_as_follower(run, 3)) == (0, length - 1)
+        else:
+            with pytest.raises(ValueError, match=f"bad follower batch at {bad} epoch {epochs[bad]}"):
+                log.append_as_follower(run, 3)
+            assert log.end_offset() == 0
+    finally:
+        log.close()
 
 
 def test_engine_log_keeps_its_start_epoch_across_snapshot_and_reopen(tmp_path):

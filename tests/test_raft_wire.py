@@ -318,3 +318,44 @@ def test_produce_with_null_topics_is_malformed():
                                                                               partition_data=None),))):
         with pytest.raises(wire.WireFormatError, match="__cluster_metadata partition 0"):
             wire.produce_values(damaged)
+
+
+@st.composite
+def header_runs(draw):
+    """(bases, counts, lasts) of a run of batch headers: continuing and dense, with at times one
+    batch that is not dense or does not continue the one before."""
+    n = draw(st.integers(1, 80))
+    base, bases, counts, lasts = draw(st.integers(0, 2**40)), [], [], []
+    for _ in range(n):
+        count = draw(st.integers(1, 5))
+        bases.append(base + draw(st.sampled_from([0] * 20 + [-1, 1])))
+        counts.append(count)
+        lasts.append(bases[-1] + count - 1 + draw(st.sampled_from([0] * 20 + [-1, 1])))
+        base = bases[-1] + count
+    return bases, counts, lasts
+
+
+@settings(max_examples=400, deadline=None)
+@given(header_runs())
+def test_split_checks_agree_on_short_and_long_runs(run):
+    """The loop (runs of up to SMALL_RUN_BATCHES) and numpy name the same first broken batch."""
+    import numpy as np
+
+    bases, counts, lasts = run
+    assert wire._first_broken_loop(bases, counts, lasts) == \
+        wire._first_broken_vectorised(np.array(bases), np.array(counts), np.array(lasts))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=80), st.data())
+def test_take_agrees_on_short_and_long_runs(counts, data):
+    import numpy as np
+
+    bases = np.cumsum([0, *counts[:-1]]) + 100
+    run = wire.BatchRun(memoryview(b""), bases, np.array(counts), np.zeros(len(counts), np.int32),
+                        np.zeros(len(counts), np.int16), np.zeros(len(counts), np.int64),
+                        np.zeros(len(counts), np.int64))
+    end = data.draw(st.integers(90, int(bases[-1]) + counts[-1] + 5))
+    most_batches, most_records = data.draw(st.integers(0, 90)), data.draw(st.integers(0, 300))
+    assert wire._take_loop(bases.tolist(), counts, end, most_batches, most_records) == \
+        run._take_vectorised(end, most_batches, most_records)

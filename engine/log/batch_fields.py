@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from kraftlog.engine.log.errors import InvalidAppendError
 from kraftlog.engine.log.index import CHECK_FIELDS
+from kraftlog.engine.records.layout import SMALL_RUN_BATCHES
 
-SMALL_RUN_BATCHES = 32  # where numpy's fixed cost and the loop's per-batch cost cross (~20-40 here)
 _POSITION, _SIZE, _BASE, _DELTA, _TIMESTAMP, _EPOCH = range(CHECK_FIELDS)
 
 

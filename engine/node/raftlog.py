@@ -47,6 +47,7 @@ from kraftlog.engine.layout import SNAPSHOT_FILE_NAME
 from kraftlog.engine.log.errors import OffsetOutOfRangeError
 from kraftlog.engine.log.log import Log, LogConfig
 from kraftlog.engine.records import batch as batch_codec
+from kraftlog.engine.records.layout import SMALL_RUN_BATCHES
 from kraftlog.errors import CorruptRecordError, UndecodableRecordError
 from kraftlog.raft.protocols import LogAppendInfo
 from kraftlog.raft.types import LogBatch, OffsetAndEpoch
@@ -96,16 +97,18 @@ class EngineRaftLog:
         last_epoch = self.last_fetched_epoch()
         # epochs never go down along the log nor above the leader's; no batch is empty
         run_epochs = getattr(batches, "epochs", None)
-        if run_epochs is not None:  # a BatchRun (raft/wire.py): checked on its header arrays
+        if run_epochs is not None and len(batches) > SMALL_RUN_BATCHES:  # a long BatchRun: on its header arrays
             bad = (np.diff(run_epochs, prepend=last_epoch) < 0) | (run_epochs > epoch) | (batches.counts <= 0)
             first_bad = int(bad.argmax()) if bad.any() else -1
         else:
+            pairs = zip(run_epochs.tolist(), batches.counts.tolist(), strict=True) if run_epochs is not None \
+                else ((b.epoch, len(b.records)) for b in batches)
             first_bad = -1
-            for k, b in enumerate(batches):
-                if b.epoch < last_epoch or b.epoch > epoch or not len(b.records):
+            for k, (batch_epoch, count) in enumerate(pairs):
+                if batch_epoch < last_epoch or batch_epoch > epoch or count <= 0:
                     first_bad = k
                     break
-                last_epoch = b.epoch
+                last_epoch = batch_epoch
         if first_bad >= 0:
             b = batches[first_bad]
             raise ValueError(f"bad follower batch at {b.base_offset} epoch {b.epoch} (log epoch "
