@@ -131,6 +131,28 @@ def test_unusable_epochs_and_unknown_error_codes_are_refused_as_kio_refuses_them
             decode(bytes(good))
 
 
+EDITS = st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 255)), min_size=1, max_size=3)
+
+
+def check_damaged(frame: bytes, edits, cut: int, truncate: bool, fast_decode, kio_decode, same=lambda v: v):
+    """Damage ``frame`` (byte edits, then maybe a cut): the hand decoder steps aside (None: the
+    transport takes kio's path, the reference) or agrees with kio's path on refusing or on the
+    value (compared through ``same``)."""
+    damaged = bytearray(frame)
+    for pos, byte in edits:
+        damaged[pos % len(damaged)] = byte
+    if truncate:
+        damaged = damaged[:cut % len(damaged)]
+    fast = _outcome(fast_decode, bytes(damaged))
+    event("stepped aside" if fast == ("ok", None) else f"fast {fast[0]}")
+    if fast == ("ok", None):
+        return
+    slow = _outcome(kio_decode, bytes(damaged))
+    assert fast[0] == slow[0]
+    if fast[0] == "ok":
+        assert same(fast[1]) == same(slow[1])
+
+
 def _outcome(decode, frame):
     try:
         return "ok", decode(frame)
@@ -139,41 +161,17 @@ def _outcome(decode, frame):
 
 
 @settings(max_examples=500, deadline=None)
-@given(REQUESTS, st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 255)), min_size=1, max_size=3),
-       st.integers(0, 1 << 16), st.booleans())
+@given(REQUESTS, EDITS, st.integers(0, 1 << 16), st.booleans())
 def test_damaged_requests_are_left_to_kio_or_read_as_kio_reads_them(request, edits, cut, truncate):
-    frame = bytearray(hot_codec.encode_fetch_request(5, "n", request)[4:])
-    for pos, byte in edits:
-        frame[pos % len(frame)] = byte
-    if truncate:
-        frame = frame[:cut % len(frame)]
-    fast = _outcome(hot_codec.decode_fetch_request, bytes(frame))
-    event("stepped aside" if fast == ("ok", None) else f"fast {fast[0]}")
-    if fast == ("ok", None):
-        return  # stepped aside: the transport runs kio's path, which is the reference
-    slow = _outcome(kio_request, bytes(frame))
-    assert fast[0] == slow[0]
-    if fast[0] == "ok":
-        assert fast[1] == slow[1][:3]
+    check_damaged(hot_codec.encode_fetch_request(5, "n", request)[4:], edits, cut, truncate,
+                  hot_codec.decode_fetch_request, lambda frame: kio_request(frame)[:3])
 
 
 @settings(max_examples=500, deadline=None)
-@given(responses(), st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 255)), min_size=1, max_size=3),
-       st.integers(0, 1 << 16), st.booleans())
+@given(responses(), EDITS, st.integers(0, 1 << 16), st.booleans())
 def test_damaged_responses_are_left_to_kio_or_read_as_kio_reads_them(response, edits, cut, truncate):
-    frame = bytearray(hot_codec.encode_fetch_response(5, response)[4:])
-    for pos, byte in edits:
-        frame[pos % len(frame)] = byte
-    if truncate:
-        frame = frame[:cut % len(frame)]
-    fast = _outcome(hot_codec.decode_fetch_response, bytes(frame))
-    event("stepped aside" if fast == ("ok", None) else f"fast {fast[0]}")
-    if fast == ("ok", None):
-        return
-    slow = _outcome(kio_response, bytes(frame))
-    assert fast[0] == slow[0]
-    if fast[0] == "ok":
-        assert comparable(fast[1]) == comparable(slow[1])
+    check_damaged(hot_codec.encode_fetch_response(5, response)[4:], edits, cut, truncate,
+                  hot_codec.decode_fetch_response, kio_response, comparable)
 
 
 # ---- Produce v10 -----------------------------------------------------------------------------------
@@ -227,16 +225,6 @@ def test_produce_in_other_shapes_goes_to_kio():
 
 
 @settings(max_examples=500, deadline=None)
-@given(VALUES, st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 255)), min_size=1, max_size=3),
-       st.integers(0, 1 << 16), st.booleans())
+@given(VALUES, EDITS, st.integers(0, 1 << 16), st.booleans())
 def test_damaged_produce_requests_are_left_to_kio_or_read_as_kio_reads_them(values, edits, cut, truncate):
-    frame = bytearray(produce_frame(values))
-    for pos, byte in edits:
-        frame[pos % len(frame)] = byte
-    if truncate:
-        frame = frame[:cut % len(frame)]
-    fast = _outcome(hot_codec.decode_produce_request, bytes(frame))
-    event("stepped aside" if fast == ("ok", None) else f"fast {fast[0]}")
-    if fast == ("ok", None):
-        return
-    assert fast == _outcome(kio_produce, bytes(frame))
+    check_damaged(produce_frame(values), edits, cut, truncate, hot_codec.decode_produce_request, kio_produce)
