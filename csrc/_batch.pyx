@@ -2,9 +2,10 @@
 """Native record batch v2 codec. Pure twin: kraftlog.engine.records.batch_pure (same functions).
 
 Layouts: the batch header is in engine/records/layout.py, the records section in the docstring
-of batch_pure. The byte walking is C (nogil, every read bounded by the record, the records section
+of batch_shared. The byte walking is C (nogil, every read bounded by the record, the records section
 and the buffer); the Python-level pieces (result types, problem texts, header encoding, compression
-(engine/records/compression.py: inflated once per batch, then walked here), argument checks) are imported from the twin so both speak identically.
+(engine/records/compression.py: inflated once per batch, then walked here), argument checks) are
+imported from engine/records/batch_types.py, as the twin imports them, so both speak identically.
 """
 
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t, INT32_MAX, INT64_MAX, INT64_MIN
@@ -19,12 +20,8 @@ from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM, PyTuple_GET_SIZE, PyTu
 from cpython.object cimport PyTypeObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 
-import numpy as np
-
-from kraftlog.engine.records import batch_pure as _pure
-from kraftlog.engine.records.batch_pure import (
-    BatchColumns, Record, ScanResult, control_record_key, parse_control_record_key,
-)
+from kraftlog.engine.records import batch_types as _shared
+from kraftlog.engine.records.batch_types import BatchColumns, DecodeProblem, Record, ScanResult, control_record_key
 from kraftlog.engine.records.layout import BatchHeader
 from kraftlog.errors import CorruptRecordError, UnsupportedCodecError
 
@@ -99,11 +96,11 @@ cdef enum:
 for _name, _value in (("P_CHANGED", P_CHANGED), ("P_HEADER_UTF8", P_HEADER_UTF8), ("P_TIMESTAMP", P_TIMESTAMP), ("P_COUNT", P_COUNT),
                       ("F_HEADER_VALUE", F_HEADER_VALUE), ("MIN_RECORD_SIZE_BYTES", MIN_RECORD_SIZE_BYTES),
                       ("P_VARINT", P_VARINT), ("P_CRC", P_CRC)):
-    assert getattr(_pure, _name) == _value, _name
+    assert getattr(_shared, _name) == _value, _name
 
-cdef int64_t MAX_COLUMN_DATA_BYTES = _pure.MAX_COLUMN_DATA_BYTES
-_problem_text = _pure.problem_text
-_Problem = _pure._Problem
+cdef int64_t MAX_COLUMN_DATA_BYTES = _shared.MAX_COLUMN_DATA_BYTES
+_problem_text = _shared.problem_text
+_Problem = DecodeProblem
 _EMPTY = ()
 cdef PyTypeObject *RECORD_TYPE = <PyTypeObject *>Record  # a tuple subclass: items inline
 
@@ -412,7 +409,7 @@ cdef _Section records_section(Py_buffer *view, object buf, int64_t pos, Hdr *h):
         s.p = start
         s.n = stop
     else:
-        s.plain = _pure.decompress_records(codec, memoryview(buf)[start:stop], pos)
+        s.plain = _shared.decompress_records(codec, memoryview(buf)[start:stop], pos)
         s.r = <uchar *>PyBytes_AS_STRING(s.plain)
         s.p = 0
         s.n = PyBytes_GET_SIZE(s.plain)
@@ -600,10 +597,23 @@ def iter_records(buf, Py_ssize_t pos=0):
 # ---------------------------------------------------------------------------------------------
 # Columns
 
-_I64 = np.dtype(np.int64)
-_I32 = np.dtype(np.int32)
-_I16 = np.dtype(np.int16)
-_EMPTY_ARRAY = np.empty
+# numpy is imported by the first call that builds arrays (decode_columns, decode_columns_many,
+# scan_batches), not with this module: importing the log stays cheap (bench row
+# startup.import_log_s) and a process that never decodes never loads numpy.
+np = None
+_I64 = _I32 = _I16 = _EMPTY_ARRAY = _SCAN_DTYPES = None
+
+
+cdef int load_numpy() except -1:
+    global np, _I64, _I32, _I16, _EMPTY_ARRAY, _SCAN_DTYPES
+    import numpy
+    _I64 = numpy.dtype(numpy.int64)
+    _I32 = numpy.dtype(numpy.int32)
+    _I16 = numpy.dtype(numpy.int16)
+    _EMPTY_ARRAY = numpy.empty
+    _SCAN_DTYPES = (_I64, _I64, _I64, _I32, _I64, _I64, _I32, _I16)
+    np = numpy
+    return 0
 
 
 cdef class _Pinned:
@@ -656,6 +666,8 @@ def decode_columns(buf, Py_ssize_t pos=0):
     cdef _Section s
     cdef _Pinned pins = _Pinned()
     cdef int rc
+    if np is None:
+        load_numpy()
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
         checked_header(&view, pos, &h, None)
@@ -723,7 +735,6 @@ cdef int scan_loop(uchar *b, int64_t *pos, int64_t end, bint verify_crc, ScanOut
     return 0
 
 
-_SCAN_DTYPES = (_I64, _I64, _I64, _I32, _I64, _I64, _I32, _I16)
 SCAN_FIRST_CAPACITY = 1024  # arrays start this long and double: no Python per batch
 
 
@@ -771,6 +782,8 @@ def scan_batches(buf, Py_ssize_t start=0, end=None, *, bint verify_crc=True):
     """
     cdef Py_buffer view
     cdef int64_t e
+    if np is None:
+        load_numpy()
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
         e = region_end(&view, end)
@@ -846,6 +859,8 @@ def decode_columns_many(buf, Py_ssize_t start=0, end=None):
     cdef Cols c
     cdef Hdr h
     cdef _Pinned pins = _Pinned()
+    if np is None:
+        load_numpy()
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
         e = region_end(&view, end)
@@ -871,7 +886,7 @@ def decode_columns_many(buf, Py_ssize_t start=0, end=None):
         extra = e
         for j in np.flatnonzero(codecs[:limit] != CODEC_NONE).tolist():
             try:
-                plain = _pure.decompress_records(int(codecs[j]), memoryview(buf)[positions[j] + HEADER_SIZE:
+                plain = _shared.decompress_records(int(codecs[j]), memoryview(buf)[positions[j] + HEADER_SIZE:
                                                                                    positions[j] + sizes[j]],
                                                  int(positions[j]))
                 if int(counts[j]) * MIN_RECORD_SIZE_BYTES > len(plain):
@@ -932,7 +947,7 @@ cdef inline int set_span(object obj, const char **ptr, int64_t *length, list kee
         length[0] = -1
         return 0
     if not PyBytes_CheckExact(obj):
-        obj = _pure.as_bytes(obj)
+        obj = _shared.as_bytes(obj)
         keep.append(obj)
     ptr[0] = PyBytes_AS_STRING(obj)
     length[0] = PyBytes_GET_SIZE(obj)
@@ -975,7 +990,7 @@ cdef void write_header(unsigned char *out, int64_t total, int64_t base_offset, i
 cdef int64_t as_int64(object value) except? -1:
     if PyLong_CheckExact(value):
         return value  # OverflowError when out of range, as the twin
-    return _pure.to_int64(value)
+    return _shared.to_int64(value)
 
 
 cdef int16_t attributes_of(int codec, bint is_control, bint is_transactional) noexcept:
@@ -984,7 +999,7 @@ cdef int16_t attributes_of(int codec, bint is_control, bint is_transactional) no
 
 cdef object finish(object out, int64_t total, int codec):
     if codec != CODEC_NONE:
-        return _pure.compress_batch(out)
+        return _shared.compress_batch(out)
     return out
 
 
@@ -1006,7 +1021,7 @@ def build_batch(records, *, base_offset=0, partition_leader_epoch=0, codec=CODEC
     # code run below (a header's or buffer's methods) changes the caller's list.
     seq = records if type(records) is tuple else tuple(records)
     cdef Py_ssize_t n = len(seq), i, m
-    _pure.check_build_args(n, base_offset, partition_leader_epoch, codec, producer_id, producer_epoch,
+    _shared.check_build_args(n, base_offset, partition_leader_epoch, codec, producer_id, producer_epoch,
                            base_sequence)
     cdef Slot *slots = <Slot *>malloc(sizeof(Slot) * n)
     if slots == NULL:
@@ -1033,7 +1048,7 @@ def build_batch(records, *, base_offset=0, partition_leader_epoch=0, codec=CODEC
                 if not has_base:
                     base, has_base = slots[i].timestamp, True
         if not has_base:
-            base = _pure.now_ms()
+            base = _shared.now_ms()
         for i in range(n):
             rec = seq[i]
             m = PyTuple_GET_SIZE(rec)
@@ -1049,7 +1064,7 @@ def build_batch(records, *, base_offset=0, partition_leader_epoch=0, codec=CODEC
             if m > 2:
                 headers = <object>PyTuple_GET_ITEM(rec, 2)
                 if headers:
-                    blob = _pure.encode_headers(headers)
+                    blob = _shared.encode_headers(headers)
                     keep.append(blob)
                     slots[i].headers = PyBytes_AS_STRING(blob)
                     slots[i].headers_len = PyBytes_GET_SIZE(blob)
@@ -1092,11 +1107,11 @@ def build_batch_from_values(values, *, base_offset=0, partition_leader_epoch=0, 
     record at ``timestamp_ms`` (default: the base timestamp, default now)."""
     seq = values if type(values) is tuple else tuple(values)  # owned: see build_batch
     cdef Py_ssize_t n = len(seq), i
-    _pure.check_build_args(n, base_offset, partition_leader_epoch, codec, producer_id, producer_epoch,
+    _shared.check_build_args(n, base_offset, partition_leader_epoch, codec, producer_id, producer_epoch,
                            base_sequence)
     if base_timestamp_ms is None:
         base_timestamp_ms = timestamp_ms
-    cdef int64_t base = _pure.now_ms() if base_timestamp_ms is None else as_int64(base_timestamp_ms)
+    cdef int64_t base = _shared.now_ms() if base_timestamp_ms is None else as_int64(base_timestamp_ms)
     cdef int64_t ts = base if timestamp_ms is None else as_int64(timestamp_ms)
     cdef int64_t delta = delta_of(ts, base)
     cdef int ts_size = kl_uvarint_size(kl_zigzag(delta))

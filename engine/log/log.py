@@ -53,8 +53,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-import numpy as np
-
 from kraftlog.engine.layout import LOG_START_CHECKPOINT_NAME
 from kraftlog.engine.log import batch_fields, recovery
 from kraftlog.engine.log.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, LeaderEpochCache
@@ -88,6 +86,8 @@ from kraftlog.engine.log.segment import (
 )
 from kraftlog.errors import CorruptRecordError
 
+# numpy is imported inside the functions that take a scan's arrays (the scan loaded it already),
+# so importing the log does not load it (bench row startup.import_log_s).
 _log = logging.getLogger("kraftlog.log")
 
 CLEAN_SHUTDOWN_NAME = ".clean-shutdown"
@@ -327,6 +327,7 @@ class Log:
 
     def _recover_epochs(self, scans: list) -> None:
         """Trim the epoch cache to the log; after a crash, add epochs found in the batches."""
+        import numpy as np
         cache = self.epochs
         cache.truncate_from_end(self._end)
         for scan in scans:

@@ -24,8 +24,6 @@ from __future__ import annotations
 import enum
 import struct
 
-import numpy as np
-
 from kraftlog.engine.log.errors import LogCorruptionError
 from kraftlog.engine.log.index import build_indexes
 from kraftlog.engine.log.segment import Segment
@@ -33,6 +31,8 @@ from kraftlog.engine.records import batch as batch_codec
 from kraftlog.engine.records.batch import ScanResult
 from kraftlog.engine.records.layout import HEADER_SIZE, LOG_OVERHEAD, MAGIC, MIN_BATCH_LENGTH
 
+# numpy is imported inside the functions that take a scan's arrays (the scan loaded it already),
+# so importing the log does not load it (bench row startup.import_log_s).
 # Recovery's pread size: large enough that the per-chunk cost (one scan_batches call, ~15 us)
 # is small beside the read and the CRC (~400 us per 4 MiB), small enough to stay in the last-level
 # cache, so the CRC reads what the kernel's copy just wrote there. Measured here: 1 MiB 7.0 GB/s,
@@ -157,6 +157,7 @@ def _shifted(scan: ScanResult, base: int) -> ScanResult:
 def _merged(parts: list[ScanResult], valid_end: int, error_position: int | None,
             error_reason: str | None) -> ScanResult:
     """One ScanResult of consecutive parts (positions already the file's)."""
+    import numpy as np
     parts = [p for p in parts if p.batch_count] or parts[:1]
     if len(parts) == 1:
         columns = parts[0][:8]
@@ -166,6 +167,7 @@ def _merged(parts: list[ScanResult], valid_end: int, error_position: int | None,
 
 
 def _check_offsets(seg: Segment, scan, expected_base_offset: int | None) -> None:
+    import numpy as np
     if not scan.batch_count:
         return
     bases, lasts = scan.base_offsets, scan.last_offsets
@@ -223,6 +225,7 @@ def rebuild_indexes(seg: Segment, scan) -> None:
     clean-shutdown marker, came after the segment was sealed) they are kept as they are, read-only
     and not dirty: recovery then writes nothing, and the close after it has nothing to fsync.
     """
+    import numpy as np
     off_cap, time_cap = seg.offset_index.max_entries, seg.time_index.max_entries
     n = scan.batch_count
     offset_buf = bytearray(8 * min(off_cap, n))

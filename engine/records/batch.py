@@ -1,5 +1,6 @@
 """Record batch v2 (magic 2): build, validate, decode and scan. The native module kraftlog._batch
-when built, else its pure twin kraftlog.engine.records.batch_pure (same functions, same errors).
+when built, else its pure twin kraftlog.engine.records.batch_pure (same functions, same errors);
+the types and helpers both share are in batch_types.py, so the native path never loads the twin.
 
 Everything outside this module imports these names from here, never kraftlog._batch directly.
 Header layout: engine/records/layout.py; records layout: batch_pure's docstring.
@@ -17,7 +18,7 @@ engine/records/compression.py.
 """
 
 from kraftlog._accel import select
-from kraftlog.engine.records.batch_pure import (
+from kraftlog.engine.records.batch_types import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
     CONTROL_KRAFT_VERSION,
@@ -29,6 +30,8 @@ from kraftlog.engine.records.batch_pure import (
     BatchColumns,
     Record,
     ScanResult,
+    control_record_key,
+    parse_control_record_key,
 )
 from kraftlog.engine.records.compression import CODEC_NAMES, COMPRESSION_CODECS, MAX_INFLATED_BYTES
 from kraftlog.engine.records.layout import (
@@ -48,8 +51,6 @@ IMPLEMENTATION: str = _impl.IMPLEMENTATION
 build_batch = _impl.build_batch
 build_batch_from_values = _impl.build_batch_from_values
 build_control_batch = _impl.build_control_batch
-control_record_key = _impl.control_record_key
-parse_control_record_key = _impl.parse_control_record_key
 validate_batch = _impl.validate_batch
 iter_records = _impl.iter_records
 decode_columns = _impl.decode_columns

@@ -2,8 +2,9 @@
 
 Same functions, same arguments, same results and the same error texts as the native module. The
 Python-level pieces both implementations share (the result types, the problem texts, header
-encoding, compression and the control-record helpers) are defined here once; the native module
-imports them, so only the byte-walking differs between the two.
+encoding, compression and the control-record helpers) are defined once in batch_types.py, which
+both import, so only the byte-walking differs between the two (and the native path never loads
+this module).
 
 Batch header layout: engine/records/layout.py. Records section (after the 61-byte header), one
 record after another, ``recordCount`` of them, nothing after the last:
@@ -26,17 +27,61 @@ counts records (engine/records/compression.py: the codecs and their inflation bo
 
 from __future__ import annotations
 
-import operator
 import struct
-import time
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 import crc32c as _crc32c
 import numpy as np
 
-from kraftlog.engine.records import compression
-from kraftlog.engine.records.compression import COMPRESSION_CODECS
+from kraftlog.engine.records.batch_types import (
+    F_HEADER_COUNT,
+    F_HEADER_KEY,
+    F_HEADER_VALUE,
+    F_KEY,
+    F_LENGTH,
+    F_OFFSET,
+    F_TIMESTAMP,
+    F_VALUE,
+    INT32_MAX,
+    INT64_MAX,
+    INT64_MIN,
+    MAX_COLUMN_DATA_BYTES,
+    MIN_RECORD_SIZE_BYTES,
+    P_ATTRIBUTES,
+    P_BATCH_LENGTH,
+    P_COUNT,
+    P_CRC,
+    P_FIELD_PAST,
+    P_HEADER_UTF8,
+    P_LENGTH_PAST,
+    P_MAGIC,
+    P_NEGATIVE,
+    P_OFFSET_DELTA,
+    P_OFFSET_OVERFLOW,
+    P_RANGE,
+    P_SIZE,
+    P_TIMESTAMP,
+    P_TRAILING,
+    P_TRUNCATED_BATCH,
+    P_TRUNCATED_HEADER,
+    P_VARINT,
+    U64_MASK,
+    BatchColumns,
+    DecodeProblem,
+    Record,
+    ScanResult,
+    as_bytes,
+    check_build_args,
+    compress_batch,
+    control_record_key,
+    decompress_records,
+    encode_headers,
+    now_ms,
+    problem_text,
+    put_varint,
+    to_int64,
+)
 from kraftlog.engine.records.layout import (
     ATTRIBUTES_OFFSET,
     CODEC_MASK,
@@ -45,7 +90,6 @@ from kraftlog.engine.records.layout import (
     CRC_OFFSET,
     HEADER,
     HEADER_SIZE,
-    LENGTH_OFFSET,
     LOG_OVERHEAD,
     MAGIC,
     MIN_BATCH_LENGTH,
@@ -53,199 +97,15 @@ from kraftlog.engine.records.layout import (
     TRANSACTIONAL_BIT,
     BatchHeader,
 )
-from kraftlog.errors import CorruptRecordError, UnsupportedCodecError
+from kraftlog.errors import CorruptRecordError
 
 IMPLEMENTATION = "pure"
-
-# Control record types (the `type` in a control record's key), as Kafka numbers them.
-CONTROL_ABORT = 0
-CONTROL_COMMIT = 1
-CONTROL_LEADER_CHANGE = 2
-CONTROL_SNAPSHOT_HEADER = 3
-CONTROL_SNAPSHOT_FOOTER = 4
-CONTROL_KRAFT_VERSION = 5
-CONTROL_KRAFT_VOTERS = 6
-CONTROL_KEY = struct.Struct(">hh")  # control record key: version i16, type i16
-CONTROL_KEY_VERSION = 0
-
-# Decompression-bomb guard: a compressed records section inflates to at most MAX_INFLATED_BYTES.
-# A record takes at least 7 bytes (length, attributes, timestampDelta, offsetDelta, key length,
-# value length, header count: one byte each), which bounds recordCount by the records' size
-# before anything is allocated.
-MIN_RECORD_SIZE_BYTES = 7
-# Columns address `data` with int32 offsets; Kafka segments stay below 2 GiB for the same reason.
-MAX_COLUMN_DATA_BYTES = (1 << 31) - 1
-INT32_MAX = (1 << 31) - 1
-INT64_MIN = -(1 << 63)
-INT64_MAX = (1 << 63) - 1
-_U64 = (1 << 64) - 1
-
-# Problem codes: one table of texts for the native module and this twin. Batch-level problems
-# first; record-level ones are prefixed with the record's index in the batch.
-P_TRUNCATED_HEADER = 1
-P_MAGIC = 2
-P_BATCH_LENGTH = 3
-P_NEGATIVE = 4
-P_OFFSET_OVERFLOW = 5
-P_TRUNCATED_BATCH = 6
-P_CRC = 7
-# 8 was "unsupported compression codec": now UnsupportedCodecError, not a corrupt batch
-P_COUNT = 9
-P_TRAILING = 10
-P_VARINT = 11
-P_RANGE = 12
-P_LENGTH_PAST = 13
-P_FIELD_PAST = 14
-P_ATTRIBUTES = 15
-P_SIZE = 16
-P_OFFSET_DELTA = 17
-P_TIMESTAMP = 18
-P_HEADER_UTF8 = 19
-P_CHANGED = 20  # native only: a mutable buffer was rewritten while being decoded without the GIL
-FIRST_RECORD_PROBLEM = P_VARINT
-LAST_RECORD_PROBLEM = P_HEADER_UTF8
-
-# Record fields named in problem texts, by index.
-F_LENGTH, F_TIMESTAMP, F_OFFSET, F_KEY, F_VALUE, F_HEADER_COUNT, F_HEADER_KEY, F_HEADER_VALUE = range(8)
-FIELD_NAMES = ("length", "timestamp delta", "offset delta", "key length", "value length",
-               "header count", "header key length", "header value length")
-
-_TEXTS = {
-    P_TRUNCATED_HEADER: "truncated batch header: {v1} of 61 bytes",
-    P_MAGIC: "unsupported batch magic {v1}",
-    P_BATCH_LENGTH: "batch length {v1} is smaller than a header",
-    P_NEGATIVE: "negative lastOffsetDelta or recordCount",
-    P_OFFSET_OVERFLOW: "batch offsets overflow int64",
-    P_TRUNCATED_BATCH: "truncated batch: {v1} bytes declared, {v2} available",
-    P_CRC: "CRC mismatch: stored {v1:#010x}, computed {v2:#010x}",
-    P_COUNT: "record count {v1} cannot fit in {v2} bytes of records",
-    P_TRAILING: "{v1} bytes after the last record",
-    P_VARINT: "malformed {field} varint",
-    P_RANGE: "{field} {v1} out of range",
-    P_LENGTH_PAST: "length {v1} runs past the end of the records ({v2} bytes left)",
-    P_FIELD_PAST: "{field} {v1} runs past the end of the record",
-    P_ATTRIBUTES: "attributes byte runs past the end of the record",
-    P_SIZE: "length {v1} but its fields take {v2} bytes",
-    P_OFFSET_DELTA: "offset delta {v1} outside 0..{v2}",
-    P_TIMESTAMP: "timestamp overflows int64",
-    P_HEADER_UTF8: "header key is not valid UTF-8",
-    P_CHANGED: "batch changed while it was being decoded",
-}
-
-
-def problem_text(code: int, index: int = 0, field: int = 0, v1: int = 0, v2: int = 0) -> str:
-    """The reason text of a problem code (shared by both implementations)."""
-    text = _TEXTS[code].format(field=FIELD_NAMES[field], v1=v1, v2=v2)
-    return f"record {index}: {text}" if FIRST_RECORD_PROBLEM <= code <= LAST_RECORD_PROBLEM else text
-
-
-# Internal: a decoding problem, turned into CorruptRecordError with the batch's position (the
-# codecs raise it too).
-_Problem = compression.Problem
 
 
 class _RecordProblem(Exception):
     def __init__(self, code: int, field: int = 0, v1: int = 0, v2: int = 0):
         super().__init__(code)
         self.args4 = (code, field, v1, v2)
-
-
-class Record(NamedTuple):
-    """One record: for building (offset ignored) and for slow-path iteration (all fields filled)."""
-
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...] = ()
-    timestamp_ms: int | None = None  # None -> the batch's base timestamp
-    offset: int = -1  # filled when decoding
-
-
-class BatchColumns(NamedTuple):
-    """Decoded records of one or more batches as columns, without per-record objects.
-
-    Record ``i``'s key is ``data[key_offsets[i] : key_offsets[i] + key_lengths[i]]`` (null when the
-    length is -1), its value likewise; offsets are byte positions in ``data``. ``data`` is the
-    buffer that was decoded when no batch was compressed (zero copy: an mmap'd segment stays the
-    mmap), else a new bytes object (see decode_columns / decode_columns_many). For a null key or
-    value the offset is where its bytes would have started.
-
-    Batch-level arrays have one entry per batch; the records of batch ``b`` are rows
-    ``batch_record_starts[b] : batch_record_starts[b + 1]``. A batch whose ``batch_attributes``
-    has CONTROL_BIT set holds control records (key = control_record_key(...)).
-    """
-
-    offsets: np.ndarray  # int64
-    timestamps: np.ndarray  # int64, ms; LOG_APPEND_TIME batches report their maxTimestamp
-    key_offsets: np.ndarray  # int32
-    key_lengths: np.ndarray  # int32, -1 = null
-    value_offsets: np.ndarray  # int32
-    value_lengths: np.ndarray  # int32, -1 = null
-    header_counts: np.ndarray  # int32 (headers are not decoded here: use iter_records)
-    data: object
-    batch_positions: np.ndarray  # int64, position of each batch in the decoded buffer
-    batch_base_offsets: np.ndarray  # int64
-    batch_last_offsets: np.ndarray  # int64
-    batch_leader_epochs: np.ndarray  # int32
-    batch_attributes: np.ndarray  # int16
-    batch_record_starts: np.ndarray  # int64, batch count + 1 entries
-
-    @property
-    def record_count(self) -> int:
-        return len(self.offsets)
-
-    def key(self, i: int) -> bytes | None:
-        n = int(self.key_lengths[i])
-        return None if n < 0 else bytes(self.data[int(self.key_offsets[i]):int(self.key_offsets[i]) + n])
-
-    def value(self, i: int) -> bytes | None:
-        n = int(self.value_lengths[i])
-        return None if n < 0 else bytes(self.data[int(self.value_offsets[i]):int(self.value_offsets[i]) + n])
-
-
-class ScanResult(NamedTuple):
-    """What scan_batches found: one array entry per valid batch, then where and why it stopped.
-
-    ``valid_end`` is the position just after the last valid batch (``start`` when none).
-    ``error_position``/``error_reason`` are None when the scan reached ``end`` exactly; otherwise
-    they name the first batch that is not valid. Reasons starting with "truncated" mean the bytes
-    ended inside a header or a batch (the usual state of a log's tail after a crash).
-    """
-
-    positions: np.ndarray  # int64
-    base_offsets: np.ndarray  # int64
-    last_offsets: np.ndarray  # int64
-    partition_leader_epochs: np.ndarray  # int32
-    max_timestamps: np.ndarray  # int64
-    size_bytes: np.ndarray  # int64
-    record_counts: np.ndarray  # int32 (as the headers declare; not checked against the records)
-    attributes: np.ndarray  # int16
-    valid_end: int
-    error_position: int | None
-    error_reason: str | None
-
-    @property
-    def batch_count(self) -> int:
-        return len(self.positions)
-
-
-# ---------------------------------------------------------------------------------------------
-# Control records
-
-
-def control_record_key(control_type: int, version: int = CONTROL_KEY_VERSION) -> bytes:
-    """Key of a control record: version i16, type i16."""
-    return CONTROL_KEY.pack(version, control_type)
-
-
-def parse_control_record_key(key) -> tuple[int, int]:
-    """(control_type, version) of a control record key; CorruptRecordError when it is not one."""
-    if key is None or len(key) < CONTROL_KEY.size:
-        raise CorruptRecordError(f"control record key must have {CONTROL_KEY.size} bytes, got "
-                                 f"{'null' if key is None else len(key)}")
-    version, control_type = CONTROL_KEY.unpack_from(key, 0)
-    if version < 0:
-        raise CorruptRecordError(f"negative control record key version {version}")
-    return control_type, version
 
 
 def build_control_batch(control_type: int, value: bytes, *, base_offset: int = 0,
@@ -257,105 +117,7 @@ def build_control_batch(control_type: int, value: bytes, *, base_offset: int = 0
 
 
 # ---------------------------------------------------------------------------------------------
-# Shared build helpers (argument checks, headers, compression): used by the native module too
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def check_build_args(count: int, base_offset: int, partition_leader_epoch: int, codec: int,
-                     producer_id: int, producer_epoch: int, base_sequence: int) -> None:
-    """Programmer errors in build arguments: raise ValueError/OverflowError."""
-    if count <= 0:
-        raise ValueError("a batch needs at least one record")
-    if count > INT32_MAX:
-        raise ValueError(f"too many records for one batch: {count}")
-    if codec != CODEC_NONE and codec not in COMPRESSION_CODECS:
-        raise ValueError(f"unsupported compression codec {codec}: 0 none, 1 gzip, 2 snappy, 3 lz4 or 4 zstd")
-    _check_int("base_offset", base_offset, 64)
-    if base_offset + count - 1 > INT64_MAX:
-        raise OverflowError("the batch's last offset overflows int64")
-    _check_int("partition_leader_epoch", partition_leader_epoch, 32)
-    _check_int("producer_id", producer_id, 64)
-    _check_int("producer_epoch", producer_epoch, 16)
-    _check_int("base_sequence", base_sequence, 32)
-
-
-def _check_int(name: str, value: int, bits: int) -> None:
-    value = operator.index(value)
-    if not -(1 << (bits - 1)) <= value < (1 << (bits - 1)):
-        raise OverflowError(f"{name} {value} does not fit in int{bits}")
-
-
-def to_int64(value) -> int:
-    value = operator.index(value)
-    if not INT64_MIN <= value <= INT64_MAX:
-        raise OverflowError(f"timestamp {value} does not fit in int64")
-    return value
-
-
-def as_bytes(obj) -> bytes | None:
-    """A key or value as bytes: None stays None, other buffers are copied."""
-    if obj is None or type(obj) is bytes:
-        return obj
-    if isinstance(obj, bytes):
-        return bytes(obj)
-    return memoryview(obj).tobytes()
-
-
-def encode_headers(headers) -> bytes:
-    """The headers block of a record: count varint, then (key, value) pairs."""
-    out = bytearray()
-    items = list(headers)
-    _put_varint(out, len(items))
-    for item in items:
-        if len(item) != 2:
-            raise ValueError(f"a header is a (key, value) pair, got {item!r}")
-        key, value = item
-        if key is None:
-            raise ValueError("header keys cannot be null")
-        key_bytes = key.encode("utf-8") if isinstance(key, str) else as_bytes(key)
-        _put_varint(out, len(key_bytes))
-        out += key_bytes
-        value = as_bytes(value)
-        if value is None:
-            out.append(1)  # zig-zag -1
-        else:
-            _put_varint(out, len(value))
-            out += value
-    return bytes(out)
-
-
-def compress_batch(batch) -> bytes:
-    """Turn an uncompressed batch (attributes already carrying its codec) into its compressed form:
-    the records section becomes one compressed block; batchLength and the CRC are rewritten."""
-    codec = struct.unpack_from(">h", batch, ATTRIBUTES_OFFSET)[0] & CODEC_MASK
-    out = bytearray(memoryview(batch)[:HEADER_SIZE])
-    out += compression.deflate(codec, memoryview(batch)[HEADER_SIZE:])
-    struct.pack_into(">i", out, LENGTH_OFFSET, len(out) - LOG_OVERHEAD)
-    struct.pack_into(">I", out, CRC_OFFSET, _crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
-    return bytes(out)
-
-
-def decompress_records(codec: int, section, position: int, path: str | None = None) -> bytes:
-    """The records section of a batch at ``position`` compressed with ``codec``, inflated within
-    MAX_INFLATED_BYTES. UnsupportedCodecError for codecs 5-7; _Problem when it does not inflate."""
-    if codec not in COMPRESSION_CODECS:
-        raise UnsupportedCodecError(codec, position=position, path=path)
-    return compression.inflate(codec, section)
-
-
-# ---------------------------------------------------------------------------------------------
 # Building
-
-
-def _put_varint(out: bytearray, value: int) -> None:
-    raw = ((value << 1) ^ (value >> 63)) & _U64
-    while raw >= 0x80:
-        out.append((raw & 0x7F) | 0x80)
-        raw >>= 7
-    out.append(raw)
 
 
 def _header_bytes(count: int, base_offset: int, partition_leader_epoch: int, attributes: int,
@@ -411,17 +173,17 @@ def build_batch(records: Sequence[Record | tuple], *, base_offset: int = 0, part
             raise OverflowError(f"timestamp delta {delta} does not fit in int64")
         body.clear()
         body.append(0)  # record attributes
-        _put_varint(body, delta)
-        _put_varint(body, i)
+        put_varint(body, delta)
+        put_varint(body, i)
         for field in (as_bytes(rec[0]), as_bytes(rec[1])):
             if field is None:
                 body.append(1)
             else:
-                _put_varint(body, len(field))
+                put_varint(body, len(field))
                 body += field
         headers = rec[2] if len(rec) > 2 else ()
         body += encode_headers(headers) if headers else b"\x00"
-        _put_varint(out, len(body))
+        put_varint(out, len(body))
         out += body
     header = _header_bytes(len(records), base_offset, partition_leader_epoch,
                            _attributes(codec, is_control, is_transactional), base, max_ts,
@@ -446,21 +208,21 @@ def build_batch_from_values(values: Sequence[bytes], *, base_offset: int = 0, pa
     if not INT64_MIN <= delta <= INT64_MAX:
         raise OverflowError(f"timestamp delta {delta} does not fit in int64")
     prefix = bytearray(b"\x00")
-    _put_varint(prefix, delta)
+    put_varint(prefix, delta)
     out = bytearray()
     body = bytearray()
     for i, value in enumerate(values):
         value = as_bytes(value)
         body[:] = prefix
-        _put_varint(body, i)
+        put_varint(body, i)
         body.append(1)  # null key
         if value is None:
             body.append(1)
         else:
-            _put_varint(body, len(value))
+            put_varint(body, len(value))
             body += value
         body.append(0)  # no headers
-        _put_varint(out, len(body))
+        put_varint(out, len(body))
         out += body
     header = _header_bytes(len(values), base_offset, partition_leader_epoch,
                            _attributes(codec, is_control, is_transactional), base, ts,
@@ -540,7 +302,7 @@ def _varint(r, p: int, end: int, max_bytes: int, field: int) -> tuple[int, int]:
         p += 1
         raw |= (b & 0x7F) << shift
         if b < 0x80:
-            raw &= _U64
+            raw &= U64_MASK
             return (raw >> 1) ^ -(raw & 1), p
         shift += 7
     raise _RecordProblem(P_VARINT, field)
@@ -633,7 +395,7 @@ def _records_section(buf, pos: int, fields: tuple) -> tuple[_Section, bytes | No
         plain = decompress_records(codec, memoryview(buf)[start:stop], pos)
         r, start, stop = plain, 0, len(plain)
     if count * MIN_RECORD_SIZE_BYTES > stop - start:
-        raise _Problem(problem_text(P_COUNT, v1=count, v2=stop - start))
+        raise DecodeProblem(problem_text(P_COUNT, v1=count, v2=stop - start))
     log_append_ts = max_ts if attributes & TIMESTAMP_TYPE_BIT else None
     return _Section(r, start, stop, 0, count, base_offset, base_ts, last_delta, log_append_ts), plain
 
@@ -647,11 +409,11 @@ def _walk(section: _Section, with_headers: bool) -> Iterator[tuple]:
             headers = _decode_headers(r, rec[8], rec[7]) if with_headers and rec[7] else ()
         except _RecordProblem as exc:
             code, field, v1, v2 = exc.args4
-            raise _Problem(problem_text(code, i, field, v1, v2)) from None
+            raise DecodeProblem(problem_text(code, i, field, v1, v2)) from None
         p = rec[0]
         yield rec, headers
     if p != n:
-        raise _Problem(problem_text(P_TRAILING, v1=n - p))
+        raise DecodeProblem(problem_text(P_TRAILING, v1=n - p))
 
 
 def iter_records(buf, pos: int = 0) -> Iterator[Record]:
@@ -669,7 +431,7 @@ def iter_records(buf, pos: int = 0) -> Iterator[Record]:
             key = None if rec[4] < 0 else bytes(r[rec[3]:rec[3] + rec[4]])
             value = None if rec[6] < 0 else bytes(r[rec[5]:rec[5] + rec[6]])
             out.append(Record(key, value, headers, ts, section.base_offset + rec[2]))
-    except _Problem as exc:
+    except DecodeProblem as exc:
         raise CorruptRecordError(exc.reason, position=pos) from None
     return iter(out)
 
@@ -721,7 +483,7 @@ def decode_columns(buf, pos: int = 0) -> BatchColumns:
         section, plain = _records_section(buf, pos, fields)
         _check_column_span(section.n)
         _append_columns(cols, section)
-    except _Problem as exc:
+    except DecodeProblem as exc:
         raise CorruptRecordError(exc.reason, position=pos) from None
     return _columns(cols, buf if plain is None else plain, [_batch_row(pos, fields)])
 
@@ -750,7 +512,7 @@ def decode_columns_many(buf, start: int = 0, end: int | None = None) -> BatchCol
                 section = section._replace(delta=extra)
             _check_column_span(section.n + section.delta)
             _append_columns(cols, section)
-        except _Problem as exc:
+        except DecodeProblem as exc:
             raise CorruptRecordError(exc.reason, position=pos) from None
         if plain is not None:
             parts.append(plain)

@@ -28,11 +28,17 @@ from __future__ import annotations
 import struct
 import threading
 import zlib
-
-import cramjam
-import zstandard
+from typing import TYPE_CHECKING
 
 from kraftlog.engine.records.layout import CODEC_GZIP, CODEC_LZ4, CODEC_SNAPPY, CODEC_ZSTD
+
+if TYPE_CHECKING:
+    import zstandard
+
+# The codec libraries (cramjam: snappy and lz4; zstandard) are imported inside the functions that
+# use them, on first use: the log and the batch codec import this module for its constants and
+# Problem, and a process that never meets a compressed batch should not pay for loading them
+# (bench row startup.import_log_s). After the first call an import is a sys.modules lookup.
 
 CODEC_NAMES = {0: "none", CODEC_GZIP: "gzip", CODEC_SNAPPY: "snappy", CODEC_LZ4: "lz4", CODEC_ZSTD: "zstd"}
 COMPRESSION_CODECS = (CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD)
@@ -103,6 +109,7 @@ _BLOCK_LENGTH = struct.Struct(">i")
 
 def _snappy_block(block, budget_bytes: int) -> bytes:
     """One raw snappy block, refused before inflating when its length prefix exceeds the budget."""
+    import cramjam
     try:
         size = int(cramjam.snappy.decompress_raw_len(block))
         if size > budget_bytes:
@@ -134,6 +141,7 @@ def _inflate_snappy(data) -> bytes:
 
 def _deflate_snappy(data) -> bytes:
     """xerial framing, as Kafka's Java client writes it (every Kafka reader accepts it)."""
+    import cramjam
     view = memoryview(data)
     out = bytearray(_XERIAL_HEADER.pack(_XERIAL_MAGIC, _XERIAL_VERSION, _XERIAL_VERSION))
     for start in range(0, len(view), _XERIAL_BLOCK_BYTES):
@@ -190,6 +198,7 @@ def _lz4_frame_bound(frame: bytes) -> int:
 
 
 def _inflate_lz4(data) -> bytes:
+    import cramjam
     frame = bytes(data)
     _lz4_frame_bound(frame)
     try:
@@ -199,6 +208,7 @@ def _inflate_lz4(data) -> bytes:
 
 
 def _deflate_lz4(data) -> bytes:
+    import cramjam
     # Independent blocks and no content checksum: what Kafka's KafkaLZ4BlockInputStream reads (KIP-57).
     compressor = cramjam.lz4.Compressor(level=LZ4_LEVEL, content_checksum=False, block_linked=False)
     compressor.compress(bytes(data))
@@ -212,6 +222,7 @@ _local = threading.local()  # zstd contexts are not thread-safe: one per thread
 
 
 def _zstd_compressor() -> zstandard.ZstdCompressor:
+    import zstandard
     cctx = getattr(_local, "cctx", None)
     if cctx is None:
         cctx = _local.cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
@@ -219,6 +230,7 @@ def _zstd_compressor() -> zstandard.ZstdCompressor:
 
 
 def _zstd_decompressor() -> zstandard.ZstdDecompressor:
+    import zstandard
     dctx = getattr(_local, "dctx", None)
     if dctx is None:
         dctx = _local.dctx = zstandard.ZstdDecompressor()
@@ -237,6 +249,7 @@ def _zstd_frame_extent(frame) -> tuple[int, int]:
     Block header: 3 bytes little-endian: bit 0 last block, bits 1-2 type (0 raw, 1 RLE,
     2 compressed, 3 reserved), bits 3-23 size (RLE: regenerated size; content is one byte).
     """
+    import zstandard
     n = len(frame)
     if n < 5 or int.from_bytes(frame[0:4], "little") != _ZSTD_MAGIC:
         raise Problem("zstd records do not start with a zstd frame")
@@ -267,6 +280,7 @@ def _zstd_frame_extent(frame) -> tuple[int, int]:
 
 
 def _inflate_zstd(frame) -> bytes:
+    import zstandard
     extent, bound = _zstd_frame_extent(frame)
     if extent != len(frame):
         raise Problem(f"{len(frame) - extent} bytes after the zstd frame")
