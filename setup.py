@@ -77,7 +77,9 @@ def _extensions() -> list:
         "linetrace": trace,
         "embedsignature": True,
     }
-    return cythonize(exts, compiler_directives=directives, annotate=_flag("KRAFTLOG_CYTHON_ANNOTATE"))
+    # include_path: the .pyx files cimport csrc/batch_header.pxd by its bare name.
+    return cythonize(exts, compiler_directives=directives, annotate=_flag("KRAFTLOG_CYTHON_ANNOTATE"),
+                     include_path=["csrc"])
 
 
 packages, package_dir = _packages()

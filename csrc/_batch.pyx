@@ -30,6 +30,15 @@ IMPLEMENTATION = "native"
 ctypedef const unsigned char uchar
 
 
+from batch_header cimport (
+    KL_ATTRIBUTES_AT, KL_BASE_OFFSET_AT, KL_BASE_SEQUENCE_AT, KL_BASE_TIMESTAMP_AT, KL_BATCH_BAD_MAGIC,
+    KL_BATCH_NEGATIVE, KL_BATCH_OFFSET_OVERFLOW, KL_BATCH_OK, KL_BATCH_SHORT_LENGTH, KL_BATCH_TRUNCATED,
+    KL_BATCH_TRUNCATED_HEADER, KL_CRC_AT, KL_HEADER_SIZE, KL_LAST_OFFSET_DELTA_AT, KL_LEADER_EPOCH_AT, KL_LENGTH_AT,
+    KL_LOG_OVERHEAD, KL_MAGIC, KL_MAGIC_AT, KL_MAX_TIMESTAMP_AT, KL_MIN_BATCH_LENGTH, KL_PRODUCER_EPOCH_AT,
+    KL_PRODUCER_ID_AT, KL_RECORD_COUNT_AT, kl_check_batch_header, kl_load_be16, kl_load_be32, kl_load_be64,
+    kl_store_be16, kl_store_be32, kl_store_be64,
+)
+
 cdef extern from "crc32c.h":
     uint32_t kl_crc32c(uint32_t crc, const unsigned char *data, size_t n) nogil
 
@@ -48,14 +57,9 @@ cdef extern from "Python.h":
     void PyObject_GC_Track(void *op)
 
 
-# Problem codes and field numbers: the same numbers as the twin (checked at import below).
+# Problem codes and field numbers: the same numbers as the twin (checked at import below). Codes 1-6
+# are the header problems: batch_header.h's KL_BATCH_* codes.
 cdef enum:
-    P_TRUNCATED_HEADER = 1
-    P_MAGIC = 2
-    P_BATCH_LENGTH = 3
-    P_NEGATIVE = 4
-    P_OFFSET_OVERFLOW = 5
-    P_TRUNCATED_BATCH = 6
     P_CRC = 7
     P_COUNT = 9
     P_TRAILING = 10
@@ -81,11 +85,6 @@ cdef enum:
     F_HEADER_VALUE = 7
 
 cdef enum:
-    HEADER_SIZE = 61
-    LOG_OVERHEAD = 12
-    ATTRIBUTES_OFFSET = 21
-    CRC_OFFSET = 17
-    MIN_BATCH_LENGTH = 49
     MIN_RECORD_SIZE_BYTES = 7
     CODEC_MASK = 0x07
     CODEC_NONE = 0
@@ -95,7 +94,10 @@ cdef enum:
 
 for _name, _value in (("P_CHANGED", P_CHANGED), ("P_HEADER_UTF8", P_HEADER_UTF8), ("P_TIMESTAMP", P_TIMESTAMP), ("P_COUNT", P_COUNT),
                       ("F_HEADER_VALUE", F_HEADER_VALUE), ("MIN_RECORD_SIZE_BYTES", MIN_RECORD_SIZE_BYTES),
-                      ("P_VARINT", P_VARINT), ("P_CRC", P_CRC)):
+                      ("P_VARINT", P_VARINT), ("P_CRC", P_CRC), ("P_TRUNCATED_HEADER", KL_BATCH_TRUNCATED_HEADER),
+                      ("P_MAGIC", KL_BATCH_BAD_MAGIC), ("P_BATCH_LENGTH", KL_BATCH_SHORT_LENGTH),
+                      ("P_NEGATIVE", KL_BATCH_NEGATIVE), ("P_OFFSET_OVERFLOW", KL_BATCH_OFFSET_OVERFLOW),
+                      ("P_TRUNCATED_BATCH", KL_BATCH_TRUNCATED)):
     assert getattr(_shared, _name) == _value, _name
 
 cdef int64_t MAX_COLUMN_DATA_BYTES = _shared.MAX_COLUMN_DATA_BYTES
@@ -162,38 +164,6 @@ cdef struct ScanOut:
     int16_t *attributes
 
 
-# ---------------------------------------------------------------------------------------------
-# Big-endian fields (gcc turns these into one load + bswap)
-
-cdef inline int64_t rd64(uchar *p) noexcept nogil:
-    return <int64_t>((<uint64_t>p[0] << 56) | (<uint64_t>p[1] << 48) | (<uint64_t>p[2] << 40) |
-                     (<uint64_t>p[3] << 32) | (<uint64_t>p[4] << 24) | (<uint64_t>p[5] << 16) |
-                     (<uint64_t>p[6] << 8) | <uint64_t>p[7])
-
-cdef inline uint32_t rdu32(uchar *p) noexcept nogil:
-    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | <uint32_t>p[3]
-
-cdef inline int16_t rd16(uchar *p) noexcept nogil:
-    return <int16_t>((<uint32_t>p[0] << 8) | <uint32_t>p[1])
-
-cdef inline void wr64(unsigned char *p, int64_t v) noexcept nogil:
-    cdef uint64_t u = <uint64_t>v
-    cdef int i
-    for i in range(8):
-        p[i] = <unsigned char>(u >> (56 - 8 * i))
-
-cdef inline void wr32(unsigned char *p, uint32_t v) noexcept nogil:
-    p[0] = <unsigned char>(v >> 24)
-    p[1] = <unsigned char>(v >> 16)
-    p[2] = <unsigned char>(v >> 8)
-    p[3] = <unsigned char>v
-
-cdef inline void wr16(unsigned char *p, int16_t v) noexcept nogil:
-    p[0] = <unsigned char>((<uint32_t><uint16_t>v) >> 8)
-    p[1] = <unsigned char>v
-
-
-
 cdef inline int fail(Problem *pr, int code, int field, int64_t v1, int64_t v2) noexcept nogil:
     pr.index = 0
     pr.code = code
@@ -213,42 +183,46 @@ cdef object problem_error(Problem *pr, int64_t position, object path=None):
 
 cdef int check_header(uchar *b, int64_t pos, int64_t end, bint verify_crc, Hdr *h,
                       Problem *pr) noexcept nogil:
-    """0 when the batch at pos is whole (within end) and valid, else -1 with pr filled."""
+    """0 when the batch at pos is whole (within end) and valid, else -1 with pr filled. The header
+    checks are batch_header.h's (kl_check_batch_header), then the CRC when verify_crc."""
     cdef int64_t avail = end - pos
-    cdef int64_t size
+    cdef int64_t size = 0
     cdef uint32_t computed
-    if avail < HEADER_SIZE:
-        return fail(pr, P_TRUNCATED_HEADER, 0, avail, 0)
     cdef uchar *p = b + pos
-    h.base_offset = rd64(p)                        # 0  baseOffset
-    h.batch_length = <int32_t>rdu32(p + 8)         # 8  batchLength
-    h.leader_epoch = <int32_t>rdu32(p + 12)        # 12 partitionLeaderEpoch
-    h.magic = <int8_t>p[16]                        # 16 magic
-    h.crc = rdu32(p + 17)                          # 17 crc of [21, end)
-    h.attributes = rd16(p + 21)                    # 21 attributes
-    h.last_offset_delta = <int32_t>rdu32(p + 23)   # 23 lastOffsetDelta
-    h.base_timestamp = rd64(p + 27)                # 27 baseTimestamp
-    h.max_timestamp = rd64(p + 35)                 # 35 maxTimestamp
-    h.producer_id = rd64(p + 43)                   # 43 producerId
-    h.producer_epoch = rd16(p + 51)                # 51 producerEpoch
-    h.base_sequence = <int32_t>rdu32(p + 53)       # 53 baseSequence
-    h.record_count = <int32_t>rdu32(p + 57)        # 57 recordCount
-    if h.magic != 2:
-        return fail(pr, P_MAGIC, 0, h.magic, 0)
-    if h.batch_length < MIN_BATCH_LENGTH:
-        return fail(pr, P_BATCH_LENGTH, 0, h.batch_length, 0)
-    if h.last_offset_delta < 0 or h.record_count < 0:
-        return fail(pr, P_NEGATIVE, 0, 0, 0)
-    if h.base_offset > INT64_MAX - h.last_offset_delta:
-        return fail(pr, P_OFFSET_OVERFLOW, 0, 0, 0)
-    size = LOG_OVERHEAD + <int64_t>h.batch_length
-    if size > avail:
-        return fail(pr, P_TRUNCATED_BATCH, 0, size, avail)
+    cdef int code = kl_check_batch_header(p, avail, True, &size)
+    if code == KL_BATCH_TRUNCATED_HEADER:
+        return fail(pr, code, 0, avail, 0)
+    read_header(p, h)
+    if code == KL_BATCH_BAD_MAGIC:
+        return fail(pr, code, 0, h.magic, 0)
+    if code == KL_BATCH_SHORT_LENGTH:
+        return fail(pr, code, 0, h.batch_length, 0)
+    if code == KL_BATCH_TRUNCATED:
+        return fail(pr, code, 0, size, avail)
+    if code != KL_BATCH_OK:  # KL_BATCH_NEGATIVE, KL_BATCH_OFFSET_OVERFLOW
+        return fail(pr, code, 0, 0, 0)
     if verify_crc:
-        computed = kl_crc32c(0, p + ATTRIBUTES_OFFSET, <size_t>(size - ATTRIBUTES_OFFSET))
+        computed = kl_crc32c(0, p + KL_ATTRIBUTES_AT, <size_t>(size - KL_ATTRIBUTES_AT))
         if computed != h.crc:
             return fail(pr, P_CRC, 0, h.crc, computed)
     return 0
+
+
+cdef inline void read_header(uchar *p, Hdr *h) noexcept nogil:
+    """Every field of the KL_HEADER_SIZE bytes at p (the caller made sure they are there)."""
+    h.base_offset = <int64_t>kl_load_be64(p + KL_BASE_OFFSET_AT)
+    h.batch_length = <int32_t>kl_load_be32(p + KL_LENGTH_AT)
+    h.leader_epoch = <int32_t>kl_load_be32(p + KL_LEADER_EPOCH_AT)
+    h.magic = <int8_t>p[KL_MAGIC_AT]
+    h.crc = kl_load_be32(p + KL_CRC_AT)
+    h.attributes = <int16_t>kl_load_be16(p + KL_ATTRIBUTES_AT)
+    h.last_offset_delta = <int32_t>kl_load_be32(p + KL_LAST_OFFSET_DELTA_AT)
+    h.base_timestamp = <int64_t>kl_load_be64(p + KL_BASE_TIMESTAMP_AT)
+    h.max_timestamp = <int64_t>kl_load_be64(p + KL_MAX_TIMESTAMP_AT)
+    h.producer_id = <int64_t>kl_load_be64(p + KL_PRODUCER_ID_AT)
+    h.producer_epoch = <int16_t>kl_load_be16(p + KL_PRODUCER_EPOCH_AT)
+    h.base_sequence = <int32_t>kl_load_be32(p + KL_BASE_SEQUENCE_AT)
+    h.record_count = <int32_t>kl_load_be32(p + KL_RECORD_COUNT_AT)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -401,8 +375,8 @@ cdef _Section records_section(Py_buffer *view, object buf, int64_t pos, Hdr *h):
     """The records of a checked batch; raises _Problem (inflation, count) or UnsupportedCodecError."""
     cdef _Section s = _Section.__new__(_Section)
     cdef int codec = h.attributes & CODEC_MASK
-    cdef int64_t start = pos + HEADER_SIZE
-    cdef int64_t stop = pos + LOG_OVERHEAD + <int64_t>h.batch_length
+    cdef int64_t start = pos + KL_HEADER_SIZE
+    cdef int64_t stop = pos + KL_LOG_OVERHEAD + <int64_t>h.batch_length
     if codec == CODEC_NONE:
         s.plain = None
         s.r = <uchar *>view.buf
@@ -720,7 +694,7 @@ cdef int scan_loop(uchar *b, int64_t *pos, int64_t end, bint verify_crc, ScanOut
         if check_header(b, pos[0], end, verify_crc, &h, pr) < 0:
             used[0] = k
             return -1
-        size = LOG_OVERHEAD + <int64_t>h.batch_length
+        size = KL_LOG_OVERHEAD + <int64_t>h.batch_length
         o.positions[k] = pos[0]
         o.base_offsets[k] = h.base_offset
         o.last_offsets[k] = h.base_offset + h.last_offset_delta
@@ -745,7 +719,7 @@ cdef tuple scan_region(Py_buffer *view, int64_t start, int64_t end, bint verify_
     cdef _Pinned pins
     cdef int64_t used = 0, pos = start, cap
     cdef int status
-    cdef int64_t most = (end - start) // HEADER_SIZE + 1
+    cdef int64_t most = (end - start) // KL_HEADER_SIZE + 1
     cap = most if most < SCAN_FIRST_CAPACITY else SCAN_FIRST_CAPACITY
     arrays = [_EMPTY_ARRAY(cap, dt) for dt in _SCAN_DTYPES]
     while True:
@@ -830,8 +804,8 @@ cdef int walk_many(Py_buffer *view, object plain_list, int64_t[:] pos_arr, int32
                     break
                 if ptrs[j] == NULL:
                     r = <uchar *>view.buf
-                    p = pos_arr[j] + HEADER_SIZE
-                    n = pos_arr[j] + LOG_OVERHEAD + <int64_t>h.batch_length
+                    p = pos_arr[j] + KL_HEADER_SIZE
+                    n = pos_arr[j] + KL_LOG_OVERHEAD + <int64_t>h.batch_length
                 else:
                     r = ptrs[j]
                     p = 0
@@ -875,7 +849,7 @@ def decode_columns_many(buf, Py_ssize_t start=0, end=None):
         if reason is not None:
             late = CorruptRecordError(reason, position=stop)
         codecs = attrs & CODEC_MASK
-        records_bytes = sizes - HEADER_SIZE
+        records_bytes = sizes - KL_HEADER_SIZE
         bad = np.flatnonzero((codecs == CODEC_NONE) & (counts.astype(np.int64) * MIN_RECORD_SIZE_BYTES > records_bytes))
         if len(bad):
             limit = int(bad[0])
@@ -886,7 +860,7 @@ def decode_columns_many(buf, Py_ssize_t start=0, end=None):
         extra = e
         for j in np.flatnonzero(codecs[:limit] != CODEC_NONE).tolist():
             try:
-                plain = _shared.decompress_records(int(codecs[j]), memoryview(buf)[positions[j] + HEADER_SIZE:
+                plain = _shared.decompress_records(int(codecs[j]), memoryview(buf)[positions[j] + KL_HEADER_SIZE:
                                                                                    positions[j] + sizes[j]],
                                                  int(positions[j]))
                 if int(counts[j]) * MIN_RECORD_SIZE_BYTES > len(plain):
@@ -972,19 +946,19 @@ cdef inline unsigned char *put_span(unsigned char *w, const char *ptr, int64_t l
 cdef void write_header(unsigned char *out, int64_t total, int64_t base_offset, int32_t leader_epoch,
                        int16_t attributes, int32_t count, int64_t base_ts, int64_t max_ts,
                        int64_t producer_id, int16_t producer_epoch, int32_t base_sequence) noexcept nogil:
-    wr64(out, base_offset)                                   # 0  baseOffset
-    wr32(out + 8, <uint32_t>(total - LOG_OVERHEAD))          # 8  batchLength
-    wr32(out + 12, <uint32_t>leader_epoch)                   # 12 partitionLeaderEpoch
-    out[16] = 2                                              # 16 magic
-    wr16(out + 21, attributes)                               # 21 attributes
-    wr32(out + 23, <uint32_t>(count - 1))                    # 23 lastOffsetDelta
-    wr64(out + 27, base_ts)                                  # 27 baseTimestamp
-    wr64(out + 35, max_ts)                                   # 35 maxTimestamp
-    wr64(out + 43, producer_id)                              # 43 producerId
-    wr16(out + 51, producer_epoch)                           # 51 producerEpoch
-    wr32(out + 53, <uint32_t>base_sequence)                  # 53 baseSequence
-    wr32(out + 57, <uint32_t>count)                          # 57 recordCount
-    wr32(out + CRC_OFFSET, kl_crc32c(0, out + ATTRIBUTES_OFFSET, <size_t>(total - ATTRIBUTES_OFFSET)))
+    kl_store_be64(out + KL_BASE_OFFSET_AT, <uint64_t>base_offset)
+    kl_store_be32(out + KL_LENGTH_AT, <uint32_t>(total - KL_LOG_OVERHEAD))
+    kl_store_be32(out + KL_LEADER_EPOCH_AT, <uint32_t>leader_epoch)
+    out[KL_MAGIC_AT] = KL_MAGIC
+    kl_store_be16(out + KL_ATTRIBUTES_AT, <uint16_t>attributes)
+    kl_store_be32(out + KL_LAST_OFFSET_DELTA_AT, <uint32_t>(count - 1))
+    kl_store_be64(out + KL_BASE_TIMESTAMP_AT, <uint64_t>base_ts)
+    kl_store_be64(out + KL_MAX_TIMESTAMP_AT, <uint64_t>max_ts)
+    kl_store_be64(out + KL_PRODUCER_ID_AT, <uint64_t>producer_id)
+    kl_store_be16(out + KL_PRODUCER_EPOCH_AT, <uint16_t>producer_epoch)
+    kl_store_be32(out + KL_BASE_SEQUENCE_AT, <uint32_t>base_sequence)
+    kl_store_be32(out + KL_RECORD_COUNT_AT, <uint32_t>count)
+    kl_store_be32(out + KL_CRC_AT, kl_crc32c(0, out + KL_ATTRIBUTES_AT, <size_t>(total - KL_ATTRIBUTES_AT)))
 
 
 cdef int64_t as_int64(object value) except? -1:
@@ -1027,7 +1001,7 @@ def build_batch(records, *, base_offset=0, partition_leader_epoch=0, codec=CODEC
     if slots == NULL:
         raise MemoryError()
     cdef list keep = []
-    cdef int64_t base, ts, max_ts = INT64_MIN, total = HEADER_SIZE, body, delta
+    cdef int64_t base, ts, max_ts = INT64_MIN, total = KL_HEADER_SIZE, body, delta
     cdef bint has_base = base_timestamp_ms is not None
     cdef unsigned char *w
     cdef unsigned char *start
@@ -1072,11 +1046,11 @@ def build_batch(records, *, base_offset=0, partition_leader_epoch=0, codec=CODEC
                     span_size(slots[i].key_len) + span_size(slots[i].value_len) + slots[i].headers_len)
             slots[i].body = body
             total += kl_uvarint_size(kl_zigzag(body)) + body
-        if total - LOG_OVERHEAD > INT32_MAX:
+        if total - KL_LOG_OVERHEAD > INT32_MAX:
             raise ValueError("batch too large: batchLength does not fit in int32")
         out = PyBytes_FromStringAndSize(NULL, total)
         start = <unsigned char *>PyBytes_AS_STRING(out)
-        w = start + HEADER_SIZE
+        w = start + KL_HEADER_SIZE
         for i in range(n):
             w += kl_write_uvarint(w, kl_zigzag(slots[i].body))
             w[0] = 0                                            # record attributes
@@ -1115,7 +1089,7 @@ def build_batch_from_values(values, *, base_offset=0, partition_leader_epoch=0, 
     cdef int64_t ts = base if timestamp_ms is None else as_int64(timestamp_ms)
     cdef int64_t delta = delta_of(ts, base)
     cdef int ts_size = kl_uvarint_size(kl_zigzag(delta))
-    cdef int64_t total = HEADER_SIZE, body
+    cdef int64_t total = KL_HEADER_SIZE, body
     cdef list keep = []
     cdef const char **ptrs = <const char **>malloc(sizeof(char *) * n)
     cdef int64_t *lens = <int64_t *>malloc(sizeof(int64_t) * n)
@@ -1132,11 +1106,11 @@ def build_batch_from_values(values, *, base_offset=0, partition_leader_epoch=0, 
             # attributes, timestampDelta, offsetDelta, null key, value, header count
             body = 1 + ts_size + kl_uvarint_size(kl_zigzag(i)) + 1 + span_size(lens[i]) + 1
             total += kl_uvarint_size(kl_zigzag(body)) + body
-        if total - LOG_OVERHEAD > INT32_MAX:
+        if total - KL_LOG_OVERHEAD > INT32_MAX:
             raise ValueError("batch too large: batchLength does not fit in int32")
         out = PyBytes_FromStringAndSize(NULL, total)
         start = <unsigned char *>PyBytes_AS_STRING(out)
-        w = start + HEADER_SIZE
+        w = start + KL_HEADER_SIZE
         for i in range(n):
             body = 1 + ts_size + kl_uvarint_size(kl_zigzag(i)) + 1 + span_size(lens[i]) + 1
             w += kl_write_uvarint(w, kl_zigzag(body))

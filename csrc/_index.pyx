@@ -25,41 +25,23 @@ from cpython.exc cimport PyErr_SetFromErrno
 from kraftlog.errors import CorruptRecordError
 
 
+from batch_header cimport (
+    KL_ATTRIBUTES_AT, KL_BASE_OFFSET_AT, KL_BATCH_OK, KL_CRC_AT, KL_HEADER_SIZE, KL_LAST_OFFSET_DELTA_AT,
+    KL_LEADER_EPOCH_AT, KL_LENGTH_AT, KL_MAX_TIMESTAMP_AT, kl_check_batch_header, kl_load_be32, kl_load_be64,
+    kl_store_be32, kl_store_be64,
+)
+
 cdef extern from "crc32c.h":
     uint32_t kl_crc32c(uint32_t crc, const unsigned char *data, size_t n) nogil
 
 IMPLEMENTATION = "native"
 
-DEF HEADER_SIZE = 61
-DEF LOG_OVERHEAD = 12
-DEF MIN_BATCH_LENGTH = 49  # HEADER_SIZE - LOG_OVERHEAD
 DEF OFFSET_ENTRY = 8
 DEF TIME_ENTRY = 12
 DEF FIELDS = 6  # check_batches: position, size, base_offset, last_offset_delta, max_timestamp, epoch
-DEF ATTRIBUTES_AT = 21  # the CRC covers [attributes, end of batch)
 DEF COPY_CHUNK = 24576  # stamp_batches copies this much, then CRCs it while it is still in L1
 DEF STAMP_BYTES = 16  # baseOffset i64 | batchLength i32 | partitionLeaderEpoch i32: what a leader stamps
 DEF IOV_BATCH = 512  # batches per pwritev: two iovecs each, within Linux's IOV_MAX of 1024
-
-
-cdef inline uint32_t be_u32(const unsigned char *p) noexcept nogil:
-    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | <uint32_t>p[3]
-
-
-cdef inline int64_t be_i64(const unsigned char *p) noexcept nogil:
-    return <int64_t>((<uint64_t>be_u32(p) << 32) | <uint64_t>be_u32(p + 4))
-
-
-cdef inline void put_u32(unsigned char *p, uint32_t v) noexcept nogil:
-    p[0] = <unsigned char>(v >> 24)
-    p[1] = <unsigned char>(v >> 16)
-    p[2] = <unsigned char>(v >> 8)
-    p[3] = <unsigned char>v
-
-
-cdef inline void put_i64(unsigned char *p, int64_t v) noexcept nogil:
-    put_u32(p, <uint32_t>(<uint64_t>v >> 32))
-    put_u32(p + 4, <uint32_t>(<uint64_t>v & 0xFFFFFFFFu))
 
 
 cdef inline void put_fields(int64_t *row, int64_t position, int64_t size, int64_t base_offset,
@@ -87,7 +69,7 @@ def offset_index_search(const unsigned char[::1] buf, Py_ssize_t entries, int64_
     with nogil:
         while lo <= hi:
             mid = lo + (hi - lo) // 2
-            if <int64_t><int32_t>be_u32(p + mid * OFFSET_ENTRY) <= target:
+            if <int64_t><int32_t>kl_load_be32(p + mid * OFFSET_ENTRY) <= target:
                 found = mid
                 lo = mid + 1
             else:
@@ -103,7 +85,7 @@ def time_index_search(const unsigned char[::1] buf, Py_ssize_t entries, int64_t 
     with nogil:
         while lo <= hi:
             mid = lo + (hi - lo) // 2
-            if be_i64(p + mid * TIME_ENTRY) <= target:
+            if <int64_t>kl_load_be64(p + mid * TIME_ENTRY) <= target:
                 found = mid
                 lo = mid + 1
             else:
@@ -111,18 +93,20 @@ def time_index_search(const unsigned char[::1] buf, Py_ssize_t entries, int64_t 
     return found
 
 
-cdef int64_t batch_size_at(const unsigned char *p, int64_t pos, int64_t end) noexcept nogil:
-    """Size of the batch at ``pos`` when its header is sane and it fits before ``end``; else -1."""
-    if end - pos < HEADER_SIZE:
+cdef inline int64_t last_offset_at(const unsigned char *batch) noexcept nogil:
+    """baseOffset + lastOffsetDelta of the batch at ``batch`` (its header already checked)."""
+    return (<int64_t>kl_load_be64(batch + KL_BASE_OFFSET_AT)
+            + <int32_t>kl_load_be32(batch + KL_LAST_OFFSET_DELTA_AT))
+
+
+cdef int64_t batch_size_at(const unsigned char *p, int64_t pos, int64_t end, bint assigned_offsets=True) noexcept nogil:
+    """Size of the batch at ``pos`` when its header passes the one header check (batch_header.h)
+    and it fits before ``end``; else -1. ``assigned_offsets`` is False for a batch being stamped
+    (its baseOffset is replaced, and the stamper checks the offsets it assigns)."""
+    cdef int64_t size
+    if kl_check_batch_header(p + pos, end - pos, assigned_offsets, &size) != KL_BATCH_OK:
         return -1
-    cdef int32_t length = <int32_t>be_u32(p + pos + 8)
-    if length < MIN_BATCH_LENGTH or p[pos + 16] != 2:
-        return -1
-    if <int64_t>length + LOG_OVERHEAD > end - pos:
-        return -1
-    if <int32_t>be_u32(p + pos + 23) < 0:
-        return -1
-    return <int64_t>length + LOG_OVERHEAD
+    return size
 
 
 cdef int check_range(const unsigned char[::1] buf, int64_t position, int64_t end) except -1:
@@ -145,7 +129,7 @@ def find_batch(const unsigned char[::1] buf, int64_t position, int64_t end, int6
             if size < 0:
                 bad = position
                 break
-            if be_i64(p + position) + <int32_t>be_u32(p + position + 23) >= target_offset:
+            if last_offset_at(p + position) >= target_offset:
                 break
             position += size
     if bad >= 0:
@@ -169,7 +153,7 @@ def read_span(const unsigned char[::1] buf, int64_t position, int64_t end, int64
             if size < 0:
                 bad = position
                 break
-            if be_i64(p + position) + <int32_t>be_u32(p + position + 23) >= limit_offset:
+            if last_offset_at(p + position) >= limit_offset:
                 break
             if position + size - start > max_bytes and not (min_one and position == start):
                 break
@@ -193,7 +177,7 @@ def walk_batches(const unsigned char[::1] buf, int64_t position, int64_t end):
             size = batch_size_at(p, position, end)
             if size < 0:
                 break
-            last = be_i64(p + position) + <int32_t>be_u32(p + position + 23)
+            last = last_offset_at(p + position)
             position += size
     return position, last
 
@@ -218,15 +202,16 @@ def check_batches(const unsigned char[::1] buf, bint verify_crc, int64_t[::1] ou
                 status = 1
                 break
             if verify_crc:
-                crc = kl_crc32c(0, p + pos + 21, <size_t>(size - 21))
-                if crc != be_u32(p + pos + 17):
+                crc = kl_crc32c(0, p + pos + KL_ATTRIBUTES_AT, <size_t>(size - KL_ATTRIBUTES_AT))
+                if crc != kl_load_be32(p + pos + KL_CRC_AT):
                     status = 2
                     break
             if n >= capacity:
                 status = 3
                 break
-            put_fields(&out[n * FIELDS], pos, size, be_i64(p + pos), <int32_t>be_u32(p + pos + 23),
-                       be_i64(p + pos + 35), <int32_t>be_u32(p + pos + 12))
+            put_fields(&out[n * FIELDS], pos, size, <int64_t>kl_load_be64(p + pos + KL_BASE_OFFSET_AT),
+                       <int32_t>kl_load_be32(p + pos + KL_LAST_OFFSET_DELTA_AT),
+                       <int64_t>kl_load_be64(p + pos + KL_MAX_TIMESTAMP_AT), <int32_t>kl_load_be32(p + pos + KL_LEADER_EPOCH_AT))
             n += 1
             pos += size
     if status == 1:
@@ -266,12 +251,12 @@ def build_indexes(const int64_t[::1] positions, const int64_t[::1] sizes, const 
                 max_ts_offset = last_offsets[i]
             if since > index_interval_bytes:
                 if n_off < off_cap:
-                    put_u32(ob + n_off * OFFSET_ENTRY, <uint32_t>(last_offsets[i] - base_offset))
-                    put_u32(ob + n_off * OFFSET_ENTRY + 4, <uint32_t>positions[i])
+                    kl_store_be32(ob + n_off * OFFSET_ENTRY, <uint32_t>(last_offsets[i] - base_offset))
+                    kl_store_be32(ob + n_off * OFFSET_ENTRY + 4, <uint32_t>positions[i])
                     n_off += 1
                 if n_time < time_cap and max_ts > last_time_ts:
-                    put_i64(tb + n_time * TIME_ENTRY, max_ts)
-                    put_u32(tb + n_time * TIME_ENTRY + 8, <uint32_t>(max_ts_offset - base_offset))
+                    kl_store_be64(tb + n_time * TIME_ENTRY, <uint64_t>max_ts)
+                    kl_store_be32(tb + n_time * TIME_ENTRY + 8, <uint32_t>(max_ts_offset - base_offset))
                     n_time += 1
                     last_time_ts = max_ts
                 since = 0
@@ -305,38 +290,38 @@ cdef tuple stamp_into(const unsigned char *s, int64_t end, Py_buffer *dst, bint 
     cdef int status = 0  # 1 malformed, 2 crc, 3 capacity, 4 offset overflow
     with nogil:
         while pos < end:
-            if end - pos < HEADER_SIZE:
+            if end - pos < KL_HEADER_SIZE:
                 status = 1
                 break
             # Everything below is read from our copy, never from src again: another thread may
             # rewrite src meanwhile, but what is checked is exactly what will be written.
-            memcpy(d + pos, s + pos, HEADER_SIZE)
-            size = batch_size_at(d, pos, end)
+            memcpy(d + pos, s + pos, KL_HEADER_SIZE)
+            size = batch_size_at(d, pos, end, False)
             if size < 0:
                 status = 1
                 break
-            done = HEADER_SIZE
+            done = KL_HEADER_SIZE
             if verify_crc:
-                crc = kl_crc32c(0, d + pos + ATTRIBUTES_AT, HEADER_SIZE - ATTRIBUTES_AT)
+                crc = kl_crc32c(0, d + pos + KL_ATTRIBUTES_AT, KL_HEADER_SIZE - KL_ATTRIBUTES_AT)
             while done < size:
                 chunk = size - done if size - done < COPY_CHUNK else COPY_CHUNK
                 memcpy(d + pos + done, s + pos + done, <size_t>chunk)
                 if verify_crc:
                     crc = kl_crc32c(crc, d + pos + done, <size_t>chunk)
                 done += chunk
-            if verify_crc and crc != be_u32(d + pos + 17):
+            if verify_crc and crc != kl_load_be32(d + pos + KL_CRC_AT):
                 status = 2
                 break
             if n >= capacity:
                 status = 3
                 break
-            delta = <int32_t>be_u32(d + pos + 23)
+            delta = <int32_t>kl_load_be32(d + pos + KL_LAST_OFFSET_DELTA_AT)
             if next_offset > INT64_MAX - delta - 1:
                 status = 4
                 break
-            ts = be_i64(d + pos + 35)
-            put_i64(d + pos, next_offset)               # baseOffset i64 @0
-            put_u32(d + pos + 12, <uint32_t>epoch)      # partitionLeaderEpoch i32 @12
+            ts = <int64_t>kl_load_be64(d + pos + KL_MAX_TIMESTAMP_AT)
+            kl_store_be64(d + pos + KL_BASE_OFFSET_AT, <uint64_t>next_offset)
+            kl_store_be32(d + pos + KL_LEADER_EPOCH_AT, <uint32_t>epoch)
             put_fields(o + n * FIELDS, position + pos, size, next_offset, delta, ts, epoch)
             if ts > max_ts:
                 max_ts = ts
@@ -391,24 +376,24 @@ cdef tuple stamp_headers_into(const unsigned char *s, int64_t end, Py_buffer *he
     cdef int status = 0  # 1 malformed, 2 crc, 3 capacity, 4 offset overflow
     with nogil:
         while pos < end:
-            size = batch_size_at(s, pos, end)
+            size = batch_size_at(s, pos, end, False)
             if size < 0:
                 status = 1
                 break
-            if verify_crc and kl_crc32c(0, s + pos + ATTRIBUTES_AT, <size_t>(size - ATTRIBUTES_AT)) != be_u32(s + pos + 17):
+            if verify_crc and kl_crc32c(0, s + pos + KL_ATTRIBUTES_AT, <size_t>(size - KL_ATTRIBUTES_AT)) != kl_load_be32(s + pos + KL_CRC_AT):
                 status = 2
                 break
             if n >= capacity:
                 status = 3
                 break
-            delta = <int32_t>be_u32(s + pos + 23)
+            delta = <int32_t>kl_load_be32(s + pos + KL_LAST_OFFSET_DELTA_AT)
             if next_offset > INT64_MAX - delta - 1:
                 status = 4
                 break
-            ts = be_i64(s + pos + 35)
-            put_i64(h + n * STAMP_BYTES, next_offset)                    # baseOffset i64 @0
-            memcpy(h + n * STAMP_BYTES + 8, s + pos + 8, 4)              # batchLength i32 @8, as is
-            put_u32(h + n * STAMP_BYTES + 12, <uint32_t>epoch)           # partitionLeaderEpoch i32 @12
+            ts = <int64_t>kl_load_be64(s + pos + KL_MAX_TIMESTAMP_AT)
+            kl_store_be64(h + n * STAMP_BYTES + KL_BASE_OFFSET_AT, <uint64_t>next_offset)
+            memcpy(h + n * STAMP_BYTES + KL_LENGTH_AT, s + pos + KL_LENGTH_AT, 4)  # batchLength, as is
+            kl_store_be32(h + n * STAMP_BYTES + KL_LEADER_EPOCH_AT, <uint32_t>epoch)
             put_fields(o + n * FIELDS, position + pos, size, next_offset, delta, ts, epoch)
             if ts > max_ts:
                 max_ts = ts

@@ -46,6 +46,13 @@ import numpy as np
 from kraftlog.errors import CorruptRecordError
 
 
+from batch_header cimport (
+    KL_ATTRIBUTES_AT, KL_BASE_OFFSET_AT, KL_BATCH_BAD_MAGIC, KL_BATCH_NEGATIVE, KL_BATCH_OFFSET_OVERFLOW, KL_BATCH_OK,
+    KL_BATCH_SHORT_LENGTH, KL_BATCH_TRUNCATED_HEADER, KL_CRC_AT, KL_HEADER_SIZE, KL_LAST_OFFSET_DELTA_AT,
+    KL_LEADER_EPOCH_AT, KL_LENGTH_AT, KL_LOG_OVERHEAD, KL_MAGIC_AT, KL_MAX_TIMESTAMP_AT, KL_RECORD_COUNT_AT,
+    kl_check_batch_header, kl_load_be16, kl_load_be32, kl_load_be64,
+)
+
 cdef extern from "crc32c.h":
     uint32_t kl_crc32c(uint32_t crc, const unsigned char *data, size_t n) nogil
 
@@ -57,10 +64,6 @@ cdef extern from "wire.h":
 IMPLEMENTATION = "native"
 
 # ---- limits and layout constants (mirrored by the twin) -------------------------------------------
-DEF HEADER_SIZE = 61
-DEF LOG_OVERHEAD = 12
-DEF MIN_BATCH_LENGTH = 49
-DEF CRC_START = 21
 DEF MIN_RECORD_BYTES = 7      # length, attributes, timestampDelta, offsetDelta, key, value, headers: 1 byte each
 DEF FRAME_VERSION = 1
 DEF UVARINT32_MAX_BYTES = 5   # frame fields, lengths, counts, tags
@@ -150,14 +153,6 @@ cdef str message_of(Err *err):
 
 # ---- big-endian and varint readers ---------------------------------------------------------------
 
-cdef inline uint32_t be32(const uint8_t *p) noexcept nogil:
-    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | <uint32_t>p[3]
-
-
-cdef inline uint64_t be64(const uint8_t *p) noexcept nogil:
-    return (<uint64_t>be32(p) << 32) | <uint64_t>be32(p + 4)
-
-
 cdef inline int need(Cur *c, int64_t n, const char *field) noexcept nogil:
     if c.end - c.pos < n:
         return fail(c, c.pos, field, "runs past the end of the record")
@@ -209,7 +204,7 @@ cdef inline int rd_i8(Cur *c, int8_t *out, const char *field) noexcept nogil:
 cdef inline int rd_i16(Cur *c, int16_t *out, const char *field) noexcept nogil:
     if need(c, 2, field) < 0:
         return -1
-    out[0] = <int16_t>((<uint32_t>c.p[c.pos] << 8) | <uint32_t>c.p[c.pos + 1])
+    out[0] = <int16_t>kl_load_be16(c.p + c.pos)
     c.pos += 2
     return 0
 
@@ -217,7 +212,7 @@ cdef inline int rd_i16(Cur *c, int16_t *out, const char *field) noexcept nogil:
 cdef inline int rd_i32(Cur *c, int32_t *out, const char *field) noexcept nogil:
     if need(c, 4, field) < 0:
         return -1
-    out[0] = <int32_t>be32(c.p + c.pos)
+    out[0] = <int32_t>kl_load_be32(c.p + c.pos)
     c.pos += 4
     return 0
 
@@ -225,7 +220,7 @@ cdef inline int rd_i32(Cur *c, int32_t *out, const char *field) noexcept nogil:
 cdef inline int rd_i64(Cur *c, int64_t *out, const char *field) noexcept nogil:
     if need(c, 8, field) < 0:
         return -1
-    out[0] = <int64_t>be64(c.p + c.pos)
+    out[0] = <int64_t>kl_load_be64(c.p + c.pos)
     c.pos += 8
     return 0
 
@@ -234,8 +229,8 @@ cdef inline int rd_uuid(Cur *c, uint64_t *out, const char *field) noexcept nogil
     """16 bytes: out[0] = most significant half, out[1] = least significant half."""
     if need(c, 16, field) < 0:
         return -1
-    out[0] = be64(c.p + c.pos)
-    out[1] = be64(c.p + c.pos + 8)
+    out[0] = kl_load_be64(c.p + c.pos)
+    out[1] = kl_load_be64(c.p + c.pos + 8)
     c.pos += 16
     return 0
 
@@ -405,7 +400,7 @@ cdef inline void put_list(int32_t *dst, int64_t width, const uint8_t *src, int64
     """A row of a -1 padded list column: the first min(n, width) int32 of src, then -1."""
     cdef int64_t i, k = n if n < width else width
     for i in range(k):
-        dst[i] = <int32_t>be32(src + 4 * i)
+        dst[i] = <int32_t>kl_load_be32(src + 4 * i)
     for i in range(k, width):
         dst[i] = -1
 
@@ -1161,40 +1156,42 @@ cdef int raise_error(Err *err, object path) except -1:
     raise exc
 
 
+cdef str header_problem(const uint8_t *p, int64_t avail, int code, int64_t size):
+    """The text walk_batches raises for a header problem (metadata_columns_pure words it the same)."""
+    if code == KL_BATCH_TRUNCATED_HEADER:
+        return f"truncated batch header: {avail} of {KL_HEADER_SIZE} bytes"
+    if code == KL_BATCH_BAD_MAGIC:
+        return f"unsupported batch magic {<int8_t>p[KL_MAGIC_AT]}"
+    if code == KL_BATCH_SHORT_LENGTH:
+        return f"batch length {<int32_t>kl_load_be32(p + KL_LENGTH_AT)} is smaller than a header"
+    if code == KL_BATCH_NEGATIVE:
+        return "negative lastOffsetDelta or recordCount"
+    if code == KL_BATCH_OFFSET_OVERFLOW:
+        return "batch offsets overflow int64"
+    return f"truncated batch: {avail} of {size} bytes"
+
+
 def walk_batches(buf, Py_ssize_t start=0, end=None, bint verify_crc=True, path=None):
     """Header of every batch in buf[start:end] as int64[b, 8]: position, size, baseOffset,
     lastOffsetDelta, partitionLeaderEpoch, maxTimestamp, attributes, recordCount.
 
-    Checks what layout.parse_header checks, that each batch lies whole inside the region, and
-    (verify_crc) its CRC-32C. Raises CorruptRecordError at the first bad batch.
+    Checks each header with the one header check (batch_header.h: what layout.parse_header checks,
+    offsets that fit int64, the batch whole inside the region) and (verify_crc) its CRC-32C.
+    Raises CorruptRecordError at the first bad batch.
     """
     cdef const uint8_t[::1] view = buf
     cdef const uint8_t *p = bytes_ptr(view)
     cdef int64_t stop = view.shape[0] if end is None else end
     cdef int64_t pos, size, nb = 0, k, bad = -1
-    cdef int32_t length, last_delta, count
-    cdef int8_t magic
+    cdef int code
     cdef uint32_t stored
     if not 0 <= start <= stop <= view.shape[0]:
         raise ValueError(f"region [{start}, {stop}) is outside the buffer of {view.shape[0]} bytes")
     pos = start
     while pos < stop:
-        if stop - pos < HEADER_SIZE:
-            raise CorruptRecordError(f"truncated batch header: {stop - pos} of {HEADER_SIZE} bytes",
-                                     position=pos, path=path)
-        length = <int32_t>be32(p + pos + 8)
-        last_delta = <int32_t>be32(p + pos + 23)
-        count = <int32_t>be32(p + pos + 57)
-        magic = <int8_t>p[pos + 16]
-        if magic != 2:
-            raise CorruptRecordError(f"unsupported batch magic {magic}", position=pos, path=path)
-        if length < MIN_BATCH_LENGTH:
-            raise CorruptRecordError(f"batch length {length} is smaller than a header", position=pos, path=path)
-        if last_delta < 0 or count < 0:
-            raise CorruptRecordError("negative lastOffsetDelta or recordCount", position=pos, path=path)
-        size = LOG_OVERHEAD + <int64_t>length
-        if size > stop - pos:
-            raise CorruptRecordError(f"truncated batch: {stop - pos} of {size} bytes", position=pos, path=path)
+        code = kl_check_batch_header(p + pos, stop - pos, True, &size)
+        if code != KL_BATCH_OK:
+            raise CorruptRecordError(header_problem(p + pos, stop - pos, code, size), position=pos, path=path)
         pos += size
         nb += 1
     table = np.empty((nb, B_COLS), dtype=np.int64)
@@ -1202,26 +1199,26 @@ def walk_batches(buf, Py_ssize_t start=0, end=None, bint verify_crc=True, path=N
     pos = start
     for k in range(nb):
         t[k, B_POS] = pos
-        t[k, B_SIZE] = LOG_OVERHEAD + <int32_t>be32(p + pos + 8)
-        t[k, B_BASE_OFFSET] = <int64_t>be64(p + pos)
-        t[k, B_LAST_OFFSET_DELTA] = <int32_t>be32(p + pos + 23)
-        t[k, B_LEADER_EPOCH] = <int32_t>be32(p + pos + 12)
-        t[k, B_MAX_TIMESTAMP] = <int64_t>be64(p + pos + 35)
-        t[k, B_ATTRIBUTES] = <int16_t>((<uint32_t>p[pos + 21] << 8) | p[pos + 22])
-        t[k, B_RECORD_COUNT] = <int32_t>be32(p + pos + 57)
+        t[k, B_SIZE] = KL_LOG_OVERHEAD + <int32_t>kl_load_be32(p + pos + KL_LENGTH_AT)
+        t[k, B_BASE_OFFSET] = <int64_t>kl_load_be64(p + pos + KL_BASE_OFFSET_AT)
+        t[k, B_LAST_OFFSET_DELTA] = <int32_t>kl_load_be32(p + pos + KL_LAST_OFFSET_DELTA_AT)
+        t[k, B_LEADER_EPOCH] = <int32_t>kl_load_be32(p + pos + KL_LEADER_EPOCH_AT)
+        t[k, B_MAX_TIMESTAMP] = <int64_t>kl_load_be64(p + pos + KL_MAX_TIMESTAMP_AT)
+        t[k, B_ATTRIBUTES] = <int16_t>kl_load_be16(p + pos + KL_ATTRIBUTES_AT)
+        t[k, B_RECORD_COUNT] = <int32_t>kl_load_be32(p + pos + KL_RECORD_COUNT_AT)
         pos += t[k, B_SIZE]
     if verify_crc:
         with nogil:
             for k in range(nb):
                 pos = t[k, B_POS]
-                stored = be32(p + pos + 17)
-                if kl_crc32c(0, p + pos + CRC_START, t[k, B_SIZE] - CRC_START) != stored:
+                stored = kl_load_be32(p + pos + KL_CRC_AT)
+                if kl_crc32c(0, p + pos + KL_ATTRIBUTES_AT, t[k, B_SIZE] - KL_ATTRIBUTES_AT) != stored:
                     bad = k
                     break
         if bad >= 0:
             pos = t[bad, B_POS]
-            computed = kl_crc32c(0, p + pos + CRC_START, t[bad, B_SIZE] - CRC_START)
-            raise CorruptRecordError(f"batch CRC mismatch: stored {be32(p + pos + 17):#010x}, "
+            computed = kl_crc32c(0, p + pos + KL_ATTRIBUTES_AT, t[bad, B_SIZE] - KL_ATTRIBUTES_AT)
+            raise CorruptRecordError(f"batch CRC mismatch: stored {kl_load_be32(p + pos + KL_CRC_AT):#010x}, "
                                      f"computed {computed:#010x}", position=pos, path=path)
     return table
 

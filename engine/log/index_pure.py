@@ -9,14 +9,20 @@ import errno
 import os
 import struct
 
+from kraftlog.engine.records.layout import (
+    ATTRIBUTES_OFFSET,
+    HEADER_OK,
+    LAST_OFFSET_DELTA_OFFSET,
+    LEADER_EPOCH_OFFSET,
+    LENGTH_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
+    check_header_bytes,
+)
 from kraftlog.engine.records.wire_pure import crc32c
 from kraftlog.errors import CorruptRecordError
 
 IMPLEMENTATION = "pure"
 
-HEADER_SIZE = 61
-LOG_OVERHEAD = 12
-MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 OFFSET_ENTRY = 8
 TIME_ENTRY = 12
 FIELDS = 6
@@ -29,8 +35,6 @@ _OFFSET_ENTRY = struct.Struct(">ii")  # relativeOffset i32 | position i32
 _TIME_ENTRY = struct.Struct(">qi")  # timestamp i64 | relativeOffset i32
 # baseOffset i64 @0 | batchLength i32 @8 | partitionLeaderEpoch i32 @12 | magic i8 @16 | crc u32 @17
 _PREFIX = struct.Struct(">qiibI")
-_LAST_DELTA_AT = 23
-_MAX_TS_AT = 35
 
 
 def _bytes(buf) -> memoryview:
@@ -68,19 +72,15 @@ def time_index_search(buf, entries: int, target: int) -> int:
     return _search(view, entries, target, TIME_ENTRY, _I64)
 
 
-def _batch_size_at(buf: memoryview, pos: int, end: int) -> int:
-    if end - pos < HEADER_SIZE:
-        return -1
-    _, length, _, magic, _ = _PREFIX.unpack_from(buf, pos)
-    if length < MIN_BATCH_LENGTH or magic != 2 or length + LOG_OVERHEAD > end - pos:
-        return -1
-    if _I32.unpack_from(buf, pos + _LAST_DELTA_AT)[0] < 0:
-        return -1
-    return length + LOG_OVERHEAD
+def _batch_size_at(buf: memoryview, pos: int, end: int, assigned_offsets: bool = True) -> int:
+    """Size of the batch at ``pos`` when its header passes the one header check and it fits
+    before ``end``; else -1 (False ``assigned_offsets``: a batch being stamped)."""
+    code, size = check_header_bytes(buf, pos, end, assigned_offsets)
+    return size if code == HEADER_OK else -1
 
 
 def _last_offset(buf: memoryview, pos: int) -> int:
-    return _I64.unpack_from(buf, pos)[0] + _I32.unpack_from(buf, pos + _LAST_DELTA_AT)[0]
+    return _I64.unpack_from(buf, pos)[0] + _I32.unpack_from(buf, pos + LAST_OFFSET_DELTA_OFFSET)[0]
 
 
 def _check_range(buf: memoryview, position: int, end: int) -> None:
@@ -144,12 +144,12 @@ def check_batches(buf, verify_crc: bool, out) -> int:
         if size < 0:
             raise CorruptRecordError("malformed or truncated batch header", position=pos)
         base, _, epoch, _, crc = _PREFIX.unpack_from(view, pos)
-        if verify_crc and crc32c(view[pos + 21:pos + size]) != crc:
+        if verify_crc and crc32c(view[pos + ATTRIBUTES_OFFSET:pos + size]) != crc:
             raise CorruptRecordError("batch CRC mismatch", position=pos)
         if n >= capacity:
             raise ValueError(f"more than {capacity} batches in one append")
-        fields = (pos, size, base, _I32.unpack_from(view, pos + _LAST_DELTA_AT)[0],
-                  _I64.unpack_from(view, pos + _MAX_TS_AT)[0], epoch)
+        fields = (pos, size, base, _I32.unpack_from(view, pos + LAST_OFFSET_DELTA_OFFSET)[0],
+                  _I64.unpack_from(view, pos + MAX_TIMESTAMP_OFFSET)[0], epoch)
         for j, value in enumerate(fields):
             out[n * FIELDS + j] = value
         n += 1
@@ -169,18 +169,18 @@ def _stamp(view: memoryview, verify_crc: bool, next_offset: int, epoch: int, fie
     pos = n = 0
     max_ts = -1
     while pos < len(view):
-        size = _batch_size_at(view, pos, len(view))
+        size = _batch_size_at(view, pos, len(view), False)
         if size < 0:
             raise CorruptRecordError("malformed or truncated batch header", position=pos)
         crc = _PREFIX.unpack_from(view, pos)[4]
-        if verify_crc and crc32c(view[pos + 21:pos + size]) != crc:
+        if verify_crc and crc32c(view[pos + ATTRIBUTES_OFFSET:pos + size]) != crc:
             raise CorruptRecordError("batch CRC mismatch", position=pos)
         if n >= capacity:
             raise ValueError(f"more than {capacity} batches in one append")
-        delta = _I32.unpack_from(view, pos + _LAST_DELTA_AT)[0]
+        delta = _I32.unpack_from(view, pos + LAST_OFFSET_DELTA_OFFSET)[0]
         if next_offset + delta + 1 > _INT64_MAX:
             raise ValueError(f"offsets assigned from the batch at {pos} overflow int64")
-        ts = _I64.unpack_from(view, pos + _MAX_TS_AT)[0]
+        ts = _I64.unpack_from(view, pos + MAX_TIMESTAMP_OFFSET)[0]
         put(n, pos, next_offset)
         for j, value in enumerate((position + pos, size, next_offset, delta, ts, epoch)):
             fields[(slot + n) * FIELDS + j] = value
@@ -211,7 +211,7 @@ def stamp_batches(src, dst, verify_crc: bool, next_offset: int, epoch: int, out,
 
     def put(_: int, pos: int, base: int) -> None:
         _I64.pack_into(copy, pos, base)  # baseOffset i64 @0
-        _I32.pack_into(copy, pos + 12, epoch)  # partitionLeaderEpoch i32 @12
+        _I32.pack_into(copy, pos + LEADER_EPOCH_OFFSET, epoch)
 
     return _stamp(copy, verify_crc, next_offset, epoch, fields, slot, position, slots - slot, put)
 
@@ -227,8 +227,8 @@ def _stamp_headers(src, headers, verify_crc: bool, next_offset: int, epoch: int,
     def put(i: int, pos: int, base: int) -> None:
         at = (slot + i) * STAMP_BYTES
         _I64.pack_into(head, at, base)  # baseOffset i64 @0
-        head[at + 8:at + 12] = view[pos + 8:pos + 12]  # batchLength i32 @8, as is
-        _I32.pack_into(head, at + 12, epoch)  # partitionLeaderEpoch i32 @12
+        head[at + LENGTH_OFFSET:at + LEADER_EPOCH_OFFSET] = view[pos + LENGTH_OFFSET:pos + LEADER_EPOCH_OFFSET]  # batchLength, as is
+        _I32.pack_into(head, at + LEADER_EPOCH_OFFSET, epoch)
 
     return _stamp(view, verify_crc, next_offset, epoch, fields, slot, position, min(slots - slot, max_batches), put)
 

@@ -56,9 +56,7 @@ from kraftlog.engine.records.batch_types import (
     P_HEADER_UTF8,
     P_LENGTH_PAST,
     P_MAGIC,
-    P_NEGATIVE,
     P_OFFSET_DELTA,
-    P_OFFSET_OVERFLOW,
     P_RANGE,
     P_SIZE,
     P_TIMESTAMP,
@@ -89,13 +87,14 @@ from kraftlog.engine.records.layout import (
     CONTROL_BIT,
     CRC_OFFSET,
     HEADER,
+    HEADER_OK,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,
-    MIN_BATCH_LENGTH,
     TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
     BatchHeader,
+    check_header_bytes,
 )
 from kraftlog.errors import CorruptRecordError
 
@@ -245,27 +244,24 @@ def _end_of(buf, end: int | None) -> int:
 
 def _check_header(buf, pos: int, end: int, verify_crc: bool) -> tuple[tuple | None, int, int, int]:
     """(header fields, 0, 0, 0) when the batch at ``pos`` is whole and valid, else
-    (None, problem code, v1, v2)."""
+    (None, problem code, v1, v2). The header checks are layout.check_header_bytes'."""
     avail = end - pos
-    if avail < HEADER_SIZE:
-        return None, P_TRUNCATED_HEADER, avail, 0
+    code, size = check_header_bytes(buf, pos, end)
+    if code == P_TRUNCATED_HEADER:
+        return None, code, avail, 0
     fields = HEADER.unpack_from(buf, pos)
-    base_offset, batch_length, _, magic, crc, _, last_delta, _, _, _, _, _, count = fields
-    if magic != MAGIC:
-        return None, P_MAGIC, magic, 0
-    if batch_length < MIN_BATCH_LENGTH:
-        return None, P_BATCH_LENGTH, batch_length, 0
-    if last_delta < 0 or count < 0:
-        return None, P_NEGATIVE, 0, 0
-    if base_offset + last_delta > INT64_MAX:
-        return None, P_OFFSET_OVERFLOW, 0, 0
-    size = LOG_OVERHEAD + batch_length
-    if size > avail:
-        return None, P_TRUNCATED_BATCH, size, avail
+    if code == P_MAGIC:
+        return None, code, fields[3], 0
+    if code == P_BATCH_LENGTH:
+        return None, code, fields[1], 0
+    if code == P_TRUNCATED_BATCH:
+        return None, code, size, avail
+    if code != HEADER_OK:
+        return None, code, 0, 0
     if verify_crc:
         computed = _crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET:pos + size])
-        if computed != crc:
-            return None, P_CRC, crc, computed
+        if computed != fields[4]:
+            return None, P_CRC, fields[4], computed
     return fields, 0, 0, 0
 
 

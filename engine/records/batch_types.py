@@ -18,7 +18,7 @@ import struct
 import time
 from typing import TYPE_CHECKING, NamedTuple
 
-from kraftlog.engine.records import compression
+from kraftlog.engine.records import compression, layout
 from kraftlog.engine.records.compression import COMPRESSION_CODECS
 from kraftlog.engine.records.layout import (
     ATTRIBUTES_OFFSET,
@@ -60,12 +60,12 @@ U64_MASK = (1 << 64) - 1
 
 # Problem codes: one table of texts for the native module and this twin. Batch-level problems
 # first; record-level ones are prefixed with the record's index in the batch.
-P_TRUNCATED_HEADER = 1
-P_MAGIC = 2
-P_BATCH_LENGTH = 3
-P_NEGATIVE = 4
-P_OFFSET_OVERFLOW = 5
-P_TRUNCATED_BATCH = 6
+P_TRUNCATED_HEADER = layout.HEADER_TRUNCATED  # the header problems: layout.check_header_bytes'
+P_MAGIC = layout.HEADER_BAD_MAGIC
+P_BATCH_LENGTH = layout.HEADER_SHORT_LENGTH
+P_NEGATIVE = layout.HEADER_NEGATIVE
+P_OFFSET_OVERFLOW = layout.HEADER_OFFSET_OVERFLOW
+P_TRUNCATED_BATCH = layout.BATCH_TRUNCATED
 P_CRC = 7
 # 8 was "unsupported compression codec": now UnsupportedCodecError, not a corrupt batch
 P_COUNT = 9

@@ -19,6 +19,10 @@
 
 All integers are big-endian. Because the CRC starts at `attributes`, a log can assign offsets and
 leader epochs to a pre-built batch without recomputing it.
+
+Native code reads the same facts from csrc/batch_header.h (KL_*_AT offsets, kl_check_batch_header);
+tests/test_batch_header.py checks each of its values against the names here, and that
+check_header_bytes (the twins' header check) and the C check refuse the same headers.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ from typing import NamedTuple
 
 from kraftlog.errors import CorruptRecordError
 
+BASE_OFFSET_OFFSET = 0
+LENGTH_OFFSET = 8
+LEADER_EPOCH_OFFSET = 12
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes not counted by batchLength
 MAGIC = 2
@@ -35,8 +42,11 @@ MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21  # the CRC covers [ATTRIBUTES_OFFSET, end of batch)
 LAST_OFFSET_DELTA_OFFSET = 23
-LENGTH_OFFSET = 8
-LEADER_EPOCH_OFFSET = 12
+BASE_TIMESTAMP_OFFSET = 27
+MAX_TIMESTAMP_OFFSET = 35
+PRODUCER_ID_OFFSET = 43
+PRODUCER_EPOCH_OFFSET = 51
+BASE_SEQUENCE_OFFSET = 53
 RECORD_COUNT_OFFSET = 57
 # Smallest batchLength a valid batch can carry: header fields after batchLength, zero records.
 MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
@@ -58,6 +68,19 @@ NO_PARTITION_LEADER_EPOCH = -1
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 assert HEADER.size == HEADER_SIZE
+_INT64_MAX = (1 << 63) - 1
+_CHECKED = struct.Struct(">qiib")  # baseOffset, batchLength, partitionLeaderEpoch, magic
+_I32 = struct.Struct(">i")
+
+# What check_header_bytes finds wrong, in the order it looks. csrc/batch_header.h's KL_BATCH_*
+# carry the same numbers (tests/test_batch_header.py), and so do batch_types' P_* problem codes.
+HEADER_OK = 0
+HEADER_TRUNCATED = 1  # fewer than HEADER_SIZE bytes
+HEADER_BAD_MAGIC = 2
+HEADER_SHORT_LENGTH = 3  # batchLength < MIN_BATCH_LENGTH
+HEADER_NEGATIVE = 4  # lastOffsetDelta or recordCount < 0
+HEADER_OFFSET_OVERFLOW = 5  # baseOffset + lastOffsetDelta > int64 max
+BATCH_TRUNCATED = 6  # the batch runs past the bytes available
 
 
 class BatchHeader(NamedTuple):
@@ -119,6 +142,31 @@ def parse_header(buf, pos: int = 0, *, path: str | None = None) -> BatchHeader:
     if header.last_offset_delta < 0 or header.record_count < 0:
         raise CorruptRecordError("negative lastOffsetDelta or recordCount", position=pos, path=path)
     return header
+
+
+def check_header_bytes(buf, pos: int, end: int, assigned_offsets: bool = True) -> tuple[int, int]:
+    """The one header check of the pure twins, as csrc/batch_header.h's kl_check_batch_header is the
+    native modules': the same checks in the same order. Returns (HEADER_OK, the batch's size in
+    bytes), else (the first problem, the declared size for BATCH_TRUNCATED or 0). ``end`` bounds
+    the readable bytes; the CRC is not checked. ``assigned_offsets`` is False only for a batch
+    whose baseOffset the log is about to assign (stamping): it is then not checked for overflow.
+    """
+    if end - pos < HEADER_SIZE:
+        return HEADER_TRUNCATED, 0
+    base_offset, length, _, magic = _CHECKED.unpack_from(buf, pos)
+    if magic != MAGIC:
+        return HEADER_BAD_MAGIC, 0
+    if length < MIN_BATCH_LENGTH:
+        return HEADER_SHORT_LENGTH, 0
+    last_delta = _I32.unpack_from(buf, pos + LAST_OFFSET_DELTA_OFFSET)[0]
+    if last_delta < 0 or _I32.unpack_from(buf, pos + RECORD_COUNT_OFFSET)[0] < 0:
+        return HEADER_NEGATIVE, 0
+    if assigned_offsets and base_offset > _INT64_MAX - last_delta:
+        return HEADER_OFFSET_OVERFLOW, 0
+    size = LOG_OVERHEAD + length
+    if size > end - pos:
+        return BATCH_TRUNCATED, size
+    return HEADER_OK, size
 
 
 def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:

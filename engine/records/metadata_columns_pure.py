@@ -11,13 +11,24 @@ import struct
 
 import numpy as np
 
-from kraftlog.engine.records.layout import HEADER, HEADER_SIZE, LOG_OVERHEAD, MIN_BATCH_LENGTH
+from kraftlog.engine.records.layout import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    HEADER,
+    HEADER_BAD_MAGIC,
+    HEADER_NEGATIVE,
+    HEADER_OFFSET_OVERFLOW,
+    HEADER_OK,
+    HEADER_SHORT_LENGTH,
+    HEADER_SIZE,
+    HEADER_TRUNCATED,
+    check_header_bytes,
+)
 from kraftlog.engine.records.wire import crc32c
 from kraftlog.errors import CorruptRecordError
 
 IMPLEMENTATION = "pure"
 
-CRC_START = 21
 MIN_RECORD_BYTES = 7
 FRAME_VERSION = 1
 UVARINT32_MAX_BYTES = 5
@@ -250,6 +261,21 @@ def _read_record(buf, pos, end):
 
 # ---- walk_batches -----------------------------------------------------------------------------
 
+def _header_problem(view, pos: int, stop: int, code: int, size: int) -> str:
+    """The text walk_batches raises for a header problem (csrc/_metadata.pyx words it the same)."""
+    if code == HEADER_TRUNCATED:
+        return f"truncated batch header: {stop - pos} of {HEADER_SIZE} bytes"
+    if code == HEADER_BAD_MAGIC:
+        return f"unsupported batch magic {HEADER.unpack_from(view, pos)[3]}"
+    if code == HEADER_SHORT_LENGTH:
+        return f"batch length {HEADER.unpack_from(view, pos)[1]} is smaller than a header"
+    if code == HEADER_NEGATIVE:
+        return "negative lastOffsetDelta or recordCount"
+    if code == HEADER_OFFSET_OVERFLOW:
+        return "batch offsets overflow int64"
+    return f"truncated batch: {stop - pos} of {size} bytes"
+
+
 def walk_batches(buf, start: int = 0, end: int | None = None, verify_crc: bool = True, path=None):
     """Header of every batch in buf[start:end] as int64[b, 8] (see the native docstring)."""
     view = memoryview(buf).cast("B") if not isinstance(buf, bytes) else buf
@@ -259,26 +285,16 @@ def walk_batches(buf, start: int = 0, end: int | None = None, verify_crc: bool =
     rows = []
     pos = start
     while pos < stop:
-        if stop - pos < HEADER_SIZE:
-            raise CorruptRecordError(f"truncated batch header: {stop - pos} of {HEADER_SIZE} bytes",
-                                     position=pos, path=path)
-        (base, length, epoch, magic, _, attributes, last_delta, _, max_ts, _, _, _,
-         count) = HEADER.unpack_from(view, pos)
-        if magic != 2:
-            raise CorruptRecordError(f"unsupported batch magic {magic}", position=pos, path=path)
-        if length < MIN_BATCH_LENGTH:
-            raise CorruptRecordError(f"batch length {length} is smaller than a header", position=pos, path=path)
-        if last_delta < 0 or count < 0:
-            raise CorruptRecordError("negative lastOffsetDelta or recordCount", position=pos, path=path)
-        size = LOG_OVERHEAD + length
-        if size > stop - pos:
-            raise CorruptRecordError(f"truncated batch: {stop - pos} of {size} bytes", position=pos, path=path)
+        code, size = check_header_bytes(view, pos, stop)
+        if code != HEADER_OK:
+            raise CorruptRecordError(_header_problem(view, pos, stop, code, size), position=pos, path=path)
+        (base, _, epoch, _, _, attributes, last_delta, _, max_ts, _, _, _, count) = HEADER.unpack_from(view, pos)
         rows.append((pos, size, base, last_delta, epoch, max_ts, attributes, count))
         pos += size
     if verify_crc:
         for pos, size, *_ in rows:
-            stored = struct.unpack_from(">I", view, pos + 17)[0]
-            computed = crc32c(view[pos + CRC_START:pos + size])
+            stored = struct.unpack_from(">I", view, pos + CRC_OFFSET)[0]
+            computed = crc32c(view[pos + ATTRIBUTES_OFFSET:pos + size])
             if computed != stored:
                 raise CorruptRecordError(f"batch CRC mismatch: stored {stored:#010x}, computed {computed:#010x}",
                                          position=pos, path=path)
