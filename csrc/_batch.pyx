@@ -35,7 +35,7 @@ from batch_header cimport (
     KL_BATCH_NEGATIVE, KL_BATCH_OFFSET_OVERFLOW, KL_BATCH_OK, KL_BATCH_SHORT_LENGTH, KL_BATCH_TRUNCATED,
     KL_BATCH_TRUNCATED_HEADER, KL_CRC_AT, KL_HEADER_SIZE, KL_LAST_OFFSET_DELTA_AT, KL_LEADER_EPOCH_AT, KL_LENGTH_AT,
     KL_LOG_OVERHEAD, KL_MAGIC, KL_MAGIC_AT, KL_MAX_TIMESTAMP_AT, KL_MIN_BATCH_LENGTH, KL_PRODUCER_EPOCH_AT,
-    KL_PRODUCER_ID_AT, KL_RECORD_COUNT_AT, kl_check_batch_header, kl_load_be16, kl_load_be32, kl_load_be64,
+    KL_PRODUCER_ID_AT, KL_RECORD_COUNT_AT, kl_batch_header_problem, kl_load_be16, kl_load_be32, kl_load_be64,
     kl_store_be16, kl_store_be32, kl_store_be64,
 )
 
@@ -184,15 +184,17 @@ cdef object problem_error(Problem *pr, int64_t position, object path=None):
 cdef int check_header(uchar *b, int64_t pos, int64_t end, bint verify_crc, Hdr *h,
                       Problem *pr) noexcept nogil:
     """0 when the batch at pos is whole (within end) and valid, else -1 with pr filled. The header
-    checks are batch_header.h's (kl_check_batch_header), then the CRC when verify_crc."""
+    checks are batch_header.h's (kl_batch_header_problem on the fields read here), then the CRC
+    when verify_crc."""
     cdef int64_t avail = end - pos
     cdef int64_t size = 0
     cdef uint32_t computed
     cdef uchar *p = b + pos
-    cdef int code = kl_check_batch_header(p, avail, True, &size)
-    if code == KL_BATCH_TRUNCATED_HEADER:
-        return fail(pr, code, 0, avail, 0)
+    if avail < KL_HEADER_SIZE:
+        return fail(pr, KL_BATCH_TRUNCATED_HEADER, 0, avail, 0)
     read_header(p, h)
+    cdef int code = kl_batch_header_problem(h.base_offset, h.batch_length, h.magic, h.last_offset_delta,
+                                            h.record_count, avail, True, &size)
     if code == KL_BATCH_BAD_MAGIC:
         return fail(pr, code, 0, h.magic, 0)
     if code == KL_BATCH_SHORT_LENGTH:

@@ -77,26 +77,33 @@ static inline void kl_store_be64(unsigned char *p, uint64_t v) {
     kl_store_be32(p + 4, (uint32_t)v);
 }
 
-/* The checks that need only the header, in the order every reader reports them: KL_BATCH_OK and
- * the batch's size in bytes (KL_LOG_OVERHEAD + batchLength, within `avail`) in *size, or the
- * first problem found. `avail` is the count of readable bytes from p on; p is read only when
- * avail >= KL_HEADER_SIZE. The CRC is the caller's to check (not every reader wants it).
- * `assigned_offsets` is 0 only for a batch whose baseOffset the log is about to assign (a leader
- * stamping a producer's batch): its baseOffset is then not checked for overflow, the stamper checks
- * the offsets it assigns instead. */
-static inline int kl_check_batch_header(const unsigned char *p, int64_t avail, int assigned_offsets,
-                                        int64_t *size) {
-    if (avail < KL_HEADER_SIZE) return KL_BATCH_TRUNCATED_HEADER;
-    if ((int8_t)p[KL_MAGIC_AT] != KL_MAGIC) return KL_BATCH_BAD_MAGIC;
-    int32_t length = (int32_t)kl_load_be32(p + KL_LENGTH_AT);
+/* The checks that need only the header, in the order every reader reports them, on fields already
+ * read from a header that is whole (avail >= KL_HEADER_SIZE): KL_BATCH_OK and the batch's size in
+ * bytes (KL_LOG_OVERHEAD + batchLength, within `avail`) in *size, or the first problem found.
+ * `avail` is the count of readable bytes from the batch's start on. The CRC is the caller's to
+ * check (not every reader wants it). `assigned_offsets` is 0 only for a batch whose baseOffset the
+ * log is about to assign (a leader stamping a producer's batch): its baseOffset is then not
+ * checked for overflow, the stamper checks the offsets it assigns instead. A reader that decodes
+ * every field anyway (_batch) calls this on them; the others call kl_check_batch_header. */
+static inline int kl_batch_header_problem(int64_t base_offset, int32_t length, int8_t magic, int32_t last_delta,
+                                          int32_t record_count, int64_t avail, int assigned_offsets, int64_t *size) {
+    if (magic != KL_MAGIC) return KL_BATCH_BAD_MAGIC;
     if (length < KL_MIN_BATCH_LENGTH) return KL_BATCH_SHORT_LENGTH;
-    int32_t last_delta = (int32_t)kl_load_be32(p + KL_LAST_OFFSET_DELTA_AT);
-    if (last_delta < 0 || (int32_t)kl_load_be32(p + KL_RECORD_COUNT_AT) < 0) return KL_BATCH_NEGATIVE;
-    if (assigned_offsets && (int64_t)kl_load_be64(p + KL_BASE_OFFSET_AT) > INT64_MAX - last_delta)
-        return KL_BATCH_OFFSET_OVERFLOW;
+    if (last_delta < 0 || record_count < 0) return KL_BATCH_NEGATIVE;
+    if (assigned_offsets && base_offset > INT64_MAX - last_delta) return KL_BATCH_OFFSET_OVERFLOW;
     *size = KL_LOG_OVERHEAD + (int64_t)length;
     if (*size > avail) return KL_BATCH_TRUNCATED;
     return KL_BATCH_OK;
+}
+
+/* kl_batch_header_problem of the header at p, `avail` readable bytes from p on (p is read only
+ * when the header is whole). */
+static inline int kl_check_batch_header(const unsigned char *p, int64_t avail, int assigned_offsets,
+                                        int64_t *size) {
+    if (avail < KL_HEADER_SIZE) return KL_BATCH_TRUNCATED_HEADER;
+    return kl_batch_header_problem((int64_t)kl_load_be64(p + KL_BASE_OFFSET_AT), (int32_t)kl_load_be32(p + KL_LENGTH_AT),
+                                   (int8_t)p[KL_MAGIC_AT], (int32_t)kl_load_be32(p + KL_LAST_OFFSET_DELTA_AT),
+                                   (int32_t)kl_load_be32(p + KL_RECORD_COUNT_AT), avail, assigned_offsets, size);
 }
 
 #endif

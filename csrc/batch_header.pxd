@@ -3,7 +3,7 @@
 # cimports what it uses from here (setup.py puts csrc/ on Cython's include path); nothing here
 # exists at run time, so no module imports another.
 
-from libc.stdint cimport int64_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int8_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
 
 cdef extern from "batch_header.h":
     enum:
@@ -38,4 +38,6 @@ cdef extern from "batch_header.h":
     void kl_store_be16(unsigned char *p, uint16_t v) noexcept nogil
     void kl_store_be32(unsigned char *p, uint32_t v) noexcept nogil
     void kl_store_be64(unsigned char *p, uint64_t v) noexcept nogil
+    int kl_batch_header_problem(int64_t base_offset, int32_t length, int8_t magic, int32_t last_delta,
+                                int32_t record_count, int64_t avail, bint assigned_offsets, int64_t *size) noexcept nogil
     int kl_check_batch_header(const unsigned char *p, int64_t avail, bint assigned_offsets, int64_t *size) noexcept nogil
