@@ -26,6 +26,11 @@ from kraftlog.engine.image.loader import Loader, Progress
 from kraftlog.engine.log.log import LOG_START_CHECKPOINT_NAME, Isolation, Log
 from kraftlog.engine.log.segment import LOG_SUFFIX, parse_segment_name, segment_name
 from kraftlog.engine.records import batch
+from kraftlog.engine.records.layout import (
+    LAST_OFFSET_DELTA_OFFSET,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+)
 from kraftlog.errors import CorruptRecordError, UndecodableRecordError
 
 REGION_BYTES = 64 << 20
@@ -53,8 +58,9 @@ def _next_offset(region: memoryview) -> int:
     """The offset after the last batch of a region of whole batches (walks batch headers only)."""
     pos, last = 0, -1
     while pos < len(region):
-        size = 12 + int.from_bytes(region[pos + 8:pos + 12], "big")
-        last = int.from_bytes(region[pos:pos + 8], "big", signed=True) + int.from_bytes(region[pos + 23:pos + 27], "big")
+        size = LOG_OVERHEAD + int.from_bytes(region[pos + LENGTH_OFFSET:pos + LENGTH_OFFSET + 4], "big")
+        last = (int.from_bytes(region[pos:pos + 8], "big", signed=True)
+                + int.from_bytes(region[pos + LAST_OFFSET_DELTA_OFFSET:pos + LAST_OFFSET_DELTA_OFFSET + 4], "big"))
         pos += size
     return last + 1
 

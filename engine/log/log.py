@@ -84,6 +84,12 @@ from kraftlog.engine.log.segment import (
     parse_segment_name,
     segment_name,
 )
+from kraftlog.engine.records.layout import (
+    LAST_OFFSET_DELTA_OFFSET,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAX_TIMESTAMP_OFFSET,
+)
 from kraftlog.errors import CorruptRecordError
 
 # numpy is imported inside the functions that take a scan's arrays (the scan loaded it already),
@@ -819,9 +825,10 @@ class Log:
                 break
             pos = 0
             while pos < len(records):
-                size = 12 + int.from_bytes(records[pos + 8:pos + 12], "big")
+                size = LOG_OVERHEAD + int.from_bytes(records[pos + LENGTH_OFFSET:pos + LENGTH_OFFSET + 4], "big")
                 batch = records[pos:pos + size]
-                offset = int.from_bytes(batch[0:8], "big", signed=True) + int.from_bytes(batch[23:27], "big") + 1
+                offset = (int.from_bytes(batch[:8], "big", signed=True)
+                          + int.from_bytes(batch[LAST_OFFSET_DELTA_OFFSET:LAST_OFFSET_DELTA_OFFSET + 4], "big") + 1)
                 pos += size
                 if offset > limit:
                     return
@@ -842,8 +849,9 @@ class Log:
                 position = seg.position_of(max(offset, self._start))
                 buf = seg.buffer()
                 while position < seg.size:
-                    size = 12 + int.from_bytes(buf[position + 8:position + 12], "big")
-                    if int.from_bytes(buf[position + 35:position + 43], "big", signed=True) >= timestamp_ms:
+                    size = LOG_OVERHEAD + int.from_bytes(buf[position + LENGTH_OFFSET:position + LENGTH_OFFSET + 4], "big")
+                    max_ts = buf[position + MAX_TIMESTAMP_OFFSET:position + MAX_TIMESTAMP_OFFSET + 8]
+                    if int.from_bytes(max_ts, "big", signed=True) >= timestamp_ms:
                         base = int.from_bytes(buf[position:position + 8], "big", signed=True)
                         return max(base, self._start)
                     position += size

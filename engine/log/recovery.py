@@ -29,7 +29,14 @@ from kraftlog.engine.log.index import build_indexes
 from kraftlog.engine.log.segment import Segment
 from kraftlog.engine.records import batch as batch_codec
 from kraftlog.engine.records.batch import ScanResult
-from kraftlog.engine.records.layout import HEADER_SIZE, LOG_OVERHEAD, MAGIC, MIN_BATCH_LENGTH
+from kraftlog.engine.records.layout import (
+    HEADER_SIZE,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC,
+    MAGIC_OFFSET,
+    MIN_BATCH_LENGTH,
+)
 
 # numpy is imported inside the functions that take a scan's arrays (the scan loaded it already),
 # so importing the log does not load it (bench row startup.import_log_s).
@@ -144,7 +151,7 @@ def _scan_one_mapped(seg: Segment, position: int, file_size: int) -> ScanResult:
     """scan_batches of the one batch at ``position`` (its header is whole: it was cut only by
     the buffer's end), through a map of the file; positions are the file's."""
     buf = seg.map_file(file_size)
-    length = int.from_bytes(buf[position + 8:position + 12], "big", signed=True)
+    length = int.from_bytes(buf[position + LENGTH_OFFSET:position + LENGTH_OFFSET + 4], "big", signed=True)
     return batch_codec.scan_batches(buf, position, min(position + LOG_OVERHEAD + length, file_size))
 
 
@@ -207,8 +214,8 @@ def _followed_by_valid_batch(seg: Segment, position: int, file_size: int) -> boo
     if file_size - position < HEADER_SIZE:
         return False
     view = memoryview(seg.map_file(file_size))
-    length = int.from_bytes(view[position + 8:position + 12], "big", signed=True)
-    if length < MIN_BATCH_LENGTH or view[position + 16] != MAGIC:
+    length = int.from_bytes(view[position + LENGTH_OFFSET:position + LENGTH_OFFSET + 4], "big", signed=True)
+    if length < MIN_BATCH_LENGTH or view[position + MAGIC_OFFSET] != MAGIC:
         return False
     nxt = position + LOG_OVERHEAD + length
     if nxt + HEADER_SIZE > file_size:
