@@ -114,6 +114,7 @@ class FrameConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._buf = bytearray()
         self.closed = False
+        self.listener: str | None = None  # the tag of the listening socket that accepted it (RaftTransport.start)
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -335,44 +336,51 @@ class RaftTransport:
 
     # -- server side --------------------------------------------------------------------------
 
-    async def start(self, *, host: str = "127.0.0.1", port: int = 0, sock: socket.socket | None = None) -> int:
-        """Listen (on ``sock`` when given, e.g. a socket inherited from a parent); returns the port."""
+    async def start(self, *, host: str = "127.0.0.1", port: int = 0, sock: socket.socket | None = None,
+                    listener: str | None = None) -> int:
+        """Listen (on ``sock`` when given, e.g. a socket inherited from a parent); returns the port.
+        ``listener`` tags every connection this socket accepts (``FrameConnection.listener``), so
+        a subclass can serve each listener its own APIs."""
         loop = asyncio.get_running_loop()
-        factory = self._accept if self.server_ssl is None else self._accept_tls
+        factory = self._factory(listener, self.server_ssl)
         if sock is not None:
             self._server = await loop.create_server(factory, sock=sock)
         else:
             self._server = await loop.create_server(factory, host, port)
         return self._server.sockets[0].getsockname()[1]
 
-    async def listen_also(self, sock: socket.socket) -> int:
-        """Serve on a second listening socket too (a combined node's broker listener beside its
-        controller listener); returns its port."""
-        factory = self._accept if self.server_ssl is None else self._accept_tls
-        server = await asyncio.get_running_loop().create_server(factory, sock=sock)
+    async def listen_also(self, sock: socket.socket, *, listener: str | None = None,
+                          server_ssl: ssl.SSLContext | None | bool = True) -> int:
+        """Serve on another listening socket too (a combined node's broker listener beside its
+        controller listener), its connections tagged ``listener``; ``server_ssl`` True: the
+        transport's own, else this socket's context (None: plain TCP). Returns its port."""
+        if server_ssl is not True and server_ssl is not None and not isinstance(server_ssl, ssl.SSLContext):
+            raise TypeError(f"server_ssl must be an ssl.SSLContext, got {type(server_ssl).__name__}")
+        context = self.server_ssl if server_ssl is True else server_ssl
+        server = await asyncio.get_running_loop().create_server(self._factory(listener, context), sock=sock)
         self._extra_servers.append(server)
         return server.sockets[0].getsockname()[1]
 
-    def _new_inbound(self) -> FrameConnection:
+    def _factory(self, listener: str | None, server_ssl: ssl.SSLContext | None) -> Callable[[], asyncio.Protocol]:
+        if server_ssl is None:
+            return lambda: self._new_inbound(listener)
+        return lambda: _TlsAccept(self, listener, server_ssl)
+
+    def _new_inbound(self, listener: str | None = None) -> FrameConnection:
         conn = FrameConnection("inbound", self.config.max_frame_bytes, self._on_guarded_request,
                                self._on_inbound_lost, self._on_rejected)
+        conn.listener = listener
         self._connections.add(conn)
         return conn
 
-    def _accept(self) -> FrameConnection:
-        return self._new_inbound()
-
-    def _accept_tls(self) -> asyncio.Protocol:
-        return _TlsAccept(self)
-
-    async def _handshake(self, raw: asyncio.Transport) -> None:
+    async def _handshake(self, raw: asyncio.Transport, listener: str | None, server_ssl: ssl.SSLContext) -> None:
         """Upgrade an accepted TCP connection to TLS; a failure closes it with one log line."""
         peer = peer_label(raw.get_extra_info("peername"))
-        conn = self._new_inbound()
+        conn = self._new_inbound(listener)
         conn.label = f"from {peer}"
         try:
             tls_transport = await asyncio.get_running_loop().start_tls(
-                raw, conn, self.server_ssl, server_side=True,
+                raw, conn, server_ssl, server_side=True,
                 ssl_handshake_timeout=self.config.tls_handshake_timeout_ms / 1000)
         except (OSError, TimeoutError) as exc:  # ssl.SSLError, ConnectionAbortedError (timeout), resets
             self.handshakes_failed += 1
@@ -522,8 +530,10 @@ class _TlsAccept(asyncio.Protocol):
     ClientHello waits in the socket for the TLS layer) and hands the transport to
     ``RaftTransport._handshake``."""
 
-    def __init__(self, owner: RaftTransport):
+    def __init__(self, owner: RaftTransport, listener: str | None, server_ssl: ssl.SSLContext):
         self.owner = owner
+        self.listener = listener
+        self.server_ssl = server_ssl
 
     def connection_made(self, transport) -> None:
         transport.pause_reading()
@@ -531,7 +541,7 @@ class _TlsAccept(asyncio.Protocol):
         if owner.closed:
             transport.close()
             return
-        task = asyncio.get_running_loop().create_task(owner._handshake(transport))
+        task = asyncio.get_running_loop().create_task(owner._handshake(transport, self.listener, self.server_ssl))
         owner._handshakes.add(task)
         task.add_done_callback(owner._handshakes.discard)
 
