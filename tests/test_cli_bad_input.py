@@ -46,6 +46,8 @@ BAD_VALUES = {
     "log-level-unknown": Case(NODE + " --log-level LOUD", EXIT_USAGE, ("--log-level", "LOUD", "INFO")),
     "config-binary": Case("node run --config {binary}", EXIT_ERROR, ("{binary}", "not a text")),
     "config-listener-port": Case("node run --config {listeners}", EXIT_ERROR, ("listeners", "notaport")),
+    "config-sasl-listener": Case("node run --config {sasl}", EXIT_ERROR, ("CLIENTS", "SASL_PLAINTEXT", "no SASL")),
+    "config-ssl-without-tls": Case("node run --config {ssl}", EXIT_ERROR, ("CLIENTS", "SSL", "--tls-cert")),
     "config-negative-session": Case("node run --config {negative}", EXIT_ERROR,
                                     ("broker.session.timeout.ms", "-3", "> 0")),
     "imbalance-percentage-too-big": Case(NODE + " --leader-imbalance-per-broker-percentage 150", EXIT_USAGE,
@@ -139,6 +141,7 @@ def workspace():
     places = {"ws": ws, "cluster": cluster, "free": str(_free_port()), "busy": str(busy.getsockname()[1]),
               "node": f"{ws}/node", "fresh": f"{ws}/fresh", "meta": f"{ws}/meta", "binary": f"{ws}/binary.properties",
               "listeners": f"{ws}/listeners.properties", "negative": f"{ws}/negative.properties",
+              "sasl": f"{ws}/sasl.properties", "ssl": f"{ws}/ssl.properties",
               "locked_meta": f"{ws}/locked-meta", "locked_segment_dir": f"{ws}/locked-segment",
               "locked_node": f"{ws}/locked-node"}
     for argv in (["storage", "format", "--cluster-id", cluster, "--node-id", "1", "--dir", places["node"]],
@@ -155,6 +158,11 @@ def workspace():
         f.write(base + "listeners=CONTROLLER://127.0.0.1:notaport\n")
     with open(places["negative"], "w") as f:
         f.write(base + "broker.session.timeout.ms=-3\n")
+    split = (f"process.roles=broker,controller\ncontroller.listener.names=CONTROLLER\n"
+             f"listeners=CLIENTS://127.0.0.1:0,CONTROLLER://127.0.0.1:{places['free']}\n")
+    for name, protocol in (("sasl", "SASL_PLAINTEXT"), ("ssl", "SSL")):
+        with open(places[name], "w") as f:
+            f.write(base + split + f"listener.security.protocol.map=CONTROLLER:PLAINTEXT,CLIENTS:{protocol}\n")
     shutil.copytree(places["meta"], places["locked_meta"])
     shutil.copytree(places["meta"], places["locked_segment_dir"])
     shutil.copytree(places["node"], places["locked_node"])

@@ -34,10 +34,12 @@ from kraftlog.engine.protocol.metadata_response import (
 from kraftlog.engine.protocol.responses import NO_THROTTLE
 
 
-def answer_metadata(image: MetadataImage, req, *, cluster_id: str | None,
-                    controller_id: int) -> kmetadata_resp.MetadataResponse:
+def answer_metadata(image: MetadataImage, req, *, cluster_id: str | None, controller_id: int,
+                    listener_name: str | None = None) -> kmetadata_resp.MetadataResponse:
     """Brokers (live ones) and topics (all, or the ones named) with their partitions, topic epochs
-    and the image's offset (an ``EpochMetadataResponse``, a subclass of kio's)."""
+    and the image's offset (an ``EpochMetadataResponse``, a subclass of kio's). Each broker is
+    given at its endpoint named ``listener_name`` (the listener the request came in on, as Kafka
+    answers), else at its first one (its inter.broker.listener.name)."""
     topics = image.topics
     names = sorted(topics.topic_names()) if req.topics is None else [t.name for t in req.topics]
     out = []
@@ -52,13 +54,17 @@ def answer_metadata(image: MetadataImage, req, *, cluster_id: str | None,
                       for p in sorted(topics.partitions_of(name), key=lambda p: p.partition_id))
         out.append(EpochMetadataResponseTopic(error_code=ErrorCode.none, name=name, topic_id=view.topic_id,
                                               partitions=parts, topic_epoch=i64(view.topic_epoch)))
-    brokers = tuple(kmetadata_resp.MetadataResponseBroker(
-        node_id=i32(b.broker_id), host=b.endpoints[0].host if b.endpoints else "",
-        port=i32(b.endpoints[0].port if b.endpoints else 0), rack=b.rack)
-        for b in image.cluster.live_brokers())
+    brokers = tuple(_broker(b, listener_name) for b in image.cluster.live_brokers())
     return EpochMetadataResponse(throttle_time=NO_THROTTLE, brokers=brokers, cluster_id=cluster_id,
                                  controller_id=i32(controller_id), topics=tuple(out),
                                  metadata_offset=i64(image.provenance.offset))
+
+
+def _broker(b, listener_name: str | None) -> kmetadata_resp.MetadataResponseBroker:
+    endpoint = next((e for e in b.endpoints if e.name == listener_name), b.endpoints[0] if b.endpoints else None)
+    return kmetadata_resp.MetadataResponseBroker(
+        node_id=i32(b.broker_id), host=endpoint.host if endpoint else "", port=i32(endpoint.port if endpoint else 0),
+        rack=b.rack)
 
 
 def _partition(p, registered) -> kmetadata_resp.MetadataResponsePartition:

@@ -12,9 +12,12 @@ named once in a warning at start (Kafka's "supplied but not used"), so a misspel
     controller.quorum.voters=1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095
     log.dirs=/var/lib/kraftlog/n1          (the first directory is used)
     listeners=PLAINTEXT://:9092,CONTROLLER://:9093
-    controller.listener.names=CONTROLLER   (a controller listens on this listener; a broker on the
-                                           first other one; one socket serves a node, so a
-                                           combined node listens on the controller's)
+    advertised.listeners=PLAINTEXT://broker1.example:9092
+    controller.listener.names=CONTROLLER   (a controller listens on this listener, serving Raft and
+                                           the controller RPCs; a broker on every other one,
+                                           serving the client APIs; a combined node on both)
+    listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT   (or SSL; no SASL)
+    inter.broker.listener.name=PLAINTEXT
     controller.quorum.election.timeout.ms=1000
     controller.quorum.fetch.timeout.ms=2000
     controller.quorum.request.timeout.ms=2000
@@ -30,8 +33,11 @@ named once in a warning at start (Kafka's "supplied but not used"), so a misspel
     leader.imbalance.check.interval.seconds=300
     leader.imbalance.per.broker.percentage=10
 
-TLS (``--tls-cert/--tls-key/--tls-ca``, engine/node/tls.py): the listener requires client
-certificates signed by the CA, and the node presents its own certificate to the other nodes.
+TLS (``--tls-cert/--tls-key/--tls-ca``, engine/node/tls.py): a TLS listener requires client
+certificates signed by the CA, and the node presents its own certificate to the other nodes. With
+flags only, every listener is TLS when they are given; with listener.security.protocol.map, the
+SSL listeners are, and the links to the controllers when the controller listener is SSL
+(engine/node/listeners.py has every listener rule).
 """
 
 from __future__ import annotations
@@ -75,8 +81,12 @@ _PROPERTIES = {
     "process.roles": ("process_roles", str),
     "controller.quorum.voters": ("controller_quorum_voters", values.voters),
     "log.dirs": ("dir", lambda v: v.split(",")[0].strip()),
-    "listeners": ("listeners", str),  # picked by role with controller.listener.names (resolve)
+    # the listener settings are planned together (engine/node/listeners.py, _plan_listeners)
+    "listeners": ("listeners", str),
+    "advertised.listeners": ("advertised_listeners", str),
     "controller.listener.names": ("controller_listener_names", str),
+    "listener.security.protocol.map": ("listener_security_protocol_map", str),
+    "inter.broker.listener.name": ("inter_broker_listener_name", str),
     "controller.quorum.election.timeout.ms": ("election_timeout_ms", _CONVERTERS["election_timeout_ms"]),
     "controller.quorum.fetch.timeout.ms": ("fetch_timeout_ms", _CONVERTERS["fetch_timeout_ms"]),
     "controller.quorum.request.timeout.ms": ("request_timeout_ms", _CONVERTERS["request_timeout_ms"]),
@@ -101,6 +111,8 @@ _DEFAULTS = {"election_timeout_ms": 1000, "fetch_timeout_ms": 2000, "request_tim
              "max_frame_bytes": 100 << 20, "auto_leader_rebalance_enable": True,
              "leader_imbalance_check_interval_seconds": 300, "leader_imbalance_per_broker_percentage": 10,
              "num_partitions": 1, "default_replication_factor": 1}
+_FILE_ONLY = ("listeners", "advertised_listeners", "controller_listener_names", "listener_security_protocol_map",
+              "inter_broker_listener_name")
 _REQUIRED = {"node_id": "--node-id", "controller_quorum_voters": "--controller-quorum-voters", "dir": "--dir"}
 
 
@@ -167,7 +179,9 @@ def register(parser: argparse.ArgumentParser) -> None:
 def resolve(args: argparse.Namespace) -> argparse.Namespace:
     """Fill what the flags left unset from ``--config`` and the defaults; ToolError names a
     missing setting or a bad line."""
-    args.listeners = args.controller_listener_names = args.broker_listen = None  # file-only settings
+    for dest in _FILE_ONLY:
+        setattr(args, dest, None)
+    args.listener_plan = None
     if args.config is not None:
         properties = _read_properties(args.config)
         unused = sorted(k for k in properties if k not in _PROPERTIES)
@@ -182,7 +196,8 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
             except (ValueError, values.Bad) as exc:
                 raise ToolError(f"{args.config}: {key}={value}: {exc}") from None
         if args.listeners is not None and args.listen is None and args.listen_fd is None:
-            args.listen, args.broker_listen = _pick_listeners(args)
+            args.listener_plan = _plan_listeners(args)
+            args.listen = args.listener_plan.opened[0].bind_address
     for dest, value in _DEFAULTS.items():
         if getattr(args, dest) is None:
             setattr(args, dest, value)
@@ -196,30 +211,19 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
-def _pick_listeners(args: argparse.Namespace) -> tuple[str, str | None]:
-    """(HOST:PORT to listen on, a combined node's broker HOST:PORT or None) from Kafka's
-    ``listeners`` (NAME://HOST:PORT,...): a node with the controller role listens on its controller
-    listener (``controller.listener.names``, where the voters reach it) and, combined, also on the
-    first other one, which its broker registers; a broker listens on the first other one. ToolError
-    when the one it needs is missing."""
-    entries = []
-    for item in (part.strip() for part in args.listeners.split(",") if part.strip()):
-        name, sep, address = item.partition("://")
-        if not sep:
-            raise ToolError(f"{args.config}: listeners={args.listeners}: {item!r} is not NAME://HOST:PORT")
-        entries.append((name.strip().upper(), address))
-    controller_names = {n.strip().upper() for n in (args.controller_listener_names or "").split(",") if n.strip()}
-    roles = _roles_of(args)
-    if not controller_names:  # no controller.listener.names: the first listener, as before
-        return _address(args, entries[0][1]), None
-    controllers = [a for n, a in entries if n in controller_names]
-    brokers = [a for n, a in entries if n not in controller_names]
-    wanted = controllers if "controller" in roles else brokers
-    if not wanted:
-        raise ToolError(f"{args.config}: listeners={args.listeners}: no listener for this node's role "
-                        f"(controller.listener.names={args.controller_listener_names})")
-    also = brokers[0] if "controller" in roles and "broker" in roles and brokers else None
-    return _address(args, wanted[0]), None if also is None else _address(args, also)
+def _plan_listeners(args: argparse.Namespace):
+    """The sockets this node opens from Kafka's listener settings (engine/node/listeners.py);
+    ToolError names the setting that cannot work."""
+    from kraftlog.engine.node import listeners
+
+    try:
+        return listeners.plan(listeners=args.listeners, roles=_roles_of(args),
+                              controller_names=args.controller_listener_names,
+                              advertised=args.advertised_listeners, protocol_map=args.listener_security_protocol_map,
+                              inter_broker=args.inter_broker_listener_name,
+                              tls_given=any(getattr(args, f, None) for f in ("tls_cert", "tls_key", "tls_ca")))
+    except listeners.ListenerConfigError as exc:
+        raise ToolError(f"{args.config}: {exc}") from None
 
 
 def _roles_of(args: argparse.Namespace) -> set[str]:
@@ -232,15 +236,6 @@ def _roles_of(args: argparse.Namespace) -> set[str]:
     if args.node_id in voters:
         return {"controller", "broker"} if len(voters) == 1 else {"controller"}
     return {"broker"}
-
-
-def _address(args: argparse.Namespace, address: str) -> str:
-    """HOST:PORT of one listener; an empty host (``PLAINTEXT://:9092``) is every interface."""
-    host, _, port = address.rpartition(":")
-    try:
-        return values.host_port(f"{host or '0.0.0.0'}:{port}")
-    except values.Bad as exc:
-        raise ToolError(f"{args.config}: listeners={args.listeners}: {exc}") from None
 
 
 def _read_properties(path: str) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """Following the committed metadata log from outside the quorum: a consumer of `__cluster_metadata`.
 
-``MetadataLogTail`` reads with Fetch as replica -1 naming no epochs (KIP-392): any leader or
-follower, controller or broker, answers with committed batches only, so the tail may read from the
+``MetadataLogTail`` reads with Fetch as replica -1 naming no epochs (KIP-392): any voter (on its
+controller listener, or a node's only socket) answers with committed batches only, so the tail may read from the
 nearest node and survives leader changes without following the leader. It yields what it reads
 in offset order, each offset once:
 

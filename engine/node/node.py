@@ -26,10 +26,15 @@ log or ``snapshot_interval_ms`` (Kafka's metadata.log.max.record.bytes.between.s
 metadata.log.max.snapshot.interval.ms), off the event loop (the image is immutable); then the log
 start advances past it. A restarted node loads its newest snapshot and replays only the log after.
 
-One socket serves everything (Kafka's wire; responses with header v1 except ApiVersions' v0):
+Listeners (Kafka's wire; responses with header v1 except ApiVersions' v0): as Kafka splits them
+(listeners.py), a controller listener serves Raft and the controller RPCs, a broker listener the
+client APIs (LISTENER_RAFT_APIS / LISTENER_NODE_APIS below); one socket for every role when the node
+is started without controller.listener.names. ApiVersions lists exactly what the listener serves:
     raft         Vote, BeginQuorumEpoch, EndQuorumEpoch, DescribeQuorum, Fetch, FetchSnapshot
-    Produce      refused on every role: only the active controller writes the metadata log, through
-                 its own handlers (NodeTransport._refuse_produce); the bare Raft log node
+                 (controller listener; DescribeQuorum on a broker listener too)
+    Produce      listed on no listener, refused on every role: only the active controller writes
+                 the metadata log, through its own handlers (NodeTransport._refuse_produce); the
+                 bare Raft log node
                  (raftnode.py, the embedded log backend) is the one that takes Produce
     controller   CreateTopics, DeleteTopics, CreatePartitions, AlterPartition, BrokerRegistration,
                  BrokerHeartbeat (protocol/apis.py), UpdateFeatures (features.py),
@@ -37,7 +42,7 @@ One socket serves everything (Kafka's wire; responses with header v1 except ApiV
                  active controller writes, every other node answers NOT_CONTROLLER
     Metadata     v12, every role, from this node's own image (a lagging node answers what it has)
     OffsetsForLeaderEpoch  v4 on __cluster_metadata-0, every role (epoch_offsets.py)
-    ApiVersions  v3-v4, listing what this node serves, with supported and finalized features
+    ApiVersions  v0-v4, listing what this listener serves, with supported and finalized features
 
 Controller responses go out in request order on each connection (Kafka's promise), even though
 their handlers finish out of order. The process prints ``READY node=<id> port=<port>`` once it
@@ -73,6 +78,13 @@ from kraftlog.engine.controller.features import (
 from kraftlog.engine.controller.registration import ControllerRegistrar, handle_controller_registration
 from kraftlog.engine.image import versions
 from kraftlog.engine.layout import METADATA_LOG_DIRNAME, SNAPSHOT_DIRNAME
+from kraftlog.engine.node.listeners import (
+    KIND_BOTH,
+    KIND_BROKER,
+    KIND_CONTROLLER,
+    NodeListener,
+    advertised_host,
+)
 from kraftlog.engine.node.raftnode import RaftNode, listening_socket, parse_voters
 from kraftlog.engine.node.raftnode import serve as serve_node
 from kraftlog.engine.protocol import older_versions
@@ -110,6 +122,20 @@ NODE_CONTROLLER_APIS = {**CONTROLLER_APIS, API_UPDATE_FEATURES: UPDATE_FEATURES_
 _BROKER_APIS = {API_METADATA: CONTROLLER_APIS[API_METADATA],
                 API_OFFSETS_FOR_LEADER_EPOCH: OFFSETS_FOR_LEADER_EPOCH_API,
                 **{k: NODE_CONTROLLER_APIS[k] for k in sorted(FORWARDED_APIS)}}  # forwarded (forwarding.py)
+# What each listener serves (Kafka's split, listeners.py): raft's APIs it answers, then the node's
+# own. A controller listener: Raft and the controller RPCs. A broker listener: the client APIs and
+# DescribeQuorum (forwarded to the active controller on a broker-only node); not Fetch, which is
+# Raft's (v17, the metadata log only): a consumer that sees it at v17 alone either finds no version
+# it speaks or, aiokafka, picks v17 and fails inside its fetcher. One socket for both roles (no
+# controller.listener.names): the union, Fetch v17 included. Produce is listed on none: only the
+# active controller writes the metadata log, so a client sees at once that it cannot produce (one
+# sent anyway is refused per partition, _refuse_produce).
+_RAFT_APIS = frozenset({wire.API_FETCH, wire.API_VOTE, wire.API_BEGIN_QUORUM_EPOCH, wire.API_END_QUORUM_EPOCH,
+                        wire.API_DESCRIBE_QUORUM, wire.API_FETCH_SNAPSHOT})
+LISTENER_RAFT_APIS = {KIND_CONTROLLER: _RAFT_APIS, KIND_BOTH: _RAFT_APIS,
+                      KIND_BROKER: frozenset({wire.API_DESCRIBE_QUORUM})}
+LISTENER_NODE_APIS = {KIND_CONTROLLER: NODE_CONTROLLER_APIS, KIND_BOTH: NODE_CONTROLLER_APIS,
+                      KIND_BROKER: _BROKER_APIS}
 
 
 class NodeError(KraftlogError):
@@ -133,9 +159,17 @@ class NodeTransport(RaftTransport):
     forward: Forwarder | None = None  # a broker-only node's way to the active controller
     is_broker = False  # Metadata's ControllerId: a live broker when a broker answers (metadata_answer.py)
     caught_up: asyncio.Event | None = None  # a broker's initial catch-up: Metadata waits for it
+    # by FrameConnection.listener (None: the main socket, RaftTransport.start): its name and kind
+    listeners: dict[str | None, NodeListener] = {}
 
-    def _served(self) -> dict[int, tuple[int, type, type]]:
-        return NODE_CONTROLLER_APIS if self.controller is not None else _BROKER_APIS
+    def _listener(self, conn: FrameConnection) -> NodeListener:
+        return self.listeners[conn.listener]
+
+    def _kind(self, conn: FrameConnection) -> str:
+        return self.listeners[conn.listener].kind if self.listeners else KIND_BOTH
+
+    def _served(self, conn: FrameConnection) -> dict[int, tuple[int, type, type]]:
+        return LISTENER_NODE_APIS[self._kind(conn)]
 
     def serve_controller(self, controller: Controller) -> None:
         """Answer the controller APIs with ``controller``'s handlers (the table is built once)."""
@@ -148,6 +182,11 @@ class NodeTransport(RaftTransport):
         api_key, version, _ = wire.peek_request_header(frame)
         if self.metrics is not None:
             self.metrics.request_seen(api_key)
+        kind = self._kind(conn)
+        if api_key in _RAFT_APIS and api_key not in LISTENER_RAFT_APIS[kind]:
+            # Kafka closes a connection that sends an API its listener does not enable
+            raise wire.WireFormatError(f"API {api_key} is not served on the {kind} listener "
+                                       f"{self._listener(conn).name}: it is for the controller listener")
         if api_key == wire.API_PRODUCE:
             self._refuse_produce(conn, wire.parse_request(frame))
             return
@@ -167,11 +206,14 @@ class NodeTransport(RaftTransport):
             rf = wire.parse_request(frame)
             self.note_trailing(conn, api_key, version, rf.trailing_bytes)
             image = self.publisher.image if self.publisher is not None else None
-            self._respond(conn, _api_versions_response(rf.api_version, self._served(), image, self.supported),
+            self._respond(conn, _api_versions_response(rf.api_version, kind, image, self.supported),
                           rf.correlation_id, header_v0=True)
             return
-        spec = self._served().get(api_key) if self.publisher is not None else None
+        spec = self._served(conn).get(api_key) if self.publisher is not None else None
         if spec is None:
+            if api_key in NODE_CONTROLLER_APIS and self.publisher is not None:
+                raise wire.WireFormatError(f"API {api_key} is not served on the {kind} listener "
+                                           f"{self._listener(conn).name}: it is for the controller listener")
             super()._on_request(conn, frame)
             return
         served, served_request, served_response = spec
@@ -194,10 +236,10 @@ class NodeTransport(RaftTransport):
             return
         if api_key == API_METADATA:
             if self.caught_up is not None and not self.caught_up.is_set():
-                self._respond_later(conn, correlation_id, loop.create_task(self._metadata_once_caught_up(body, back)),
+                self._respond_later(conn, correlation_id, loop.create_task(self._metadata_once_caught_up(body, back, conn)),
                                     header_v0=back is not None and not back.__flexible__)
                 return
-            self._answer(conn, self._metadata(body), correlation_id, back)
+            self._answer(conn, self._metadata(body, conn), correlation_id, back)
             return
         if self.controller is None:  # a broker: one of FORWARDED_APIS
             if self.forward is None:
@@ -211,17 +253,20 @@ class NodeTransport(RaftTransport):
             task.add_done_callback(lambda _: metrics.request_done(api_key, started))
         self._respond_later(conn, correlation_id, task, header_v0=back is not None and not back.__flexible__)
 
-    def _metadata(self, body):
-        """The Metadata answer (served version) from the image as it is now."""
+    def _metadata(self, body, conn: FrameConnection):
+        """The Metadata answer (served version) from the image as it is now, with each broker's
+        endpoint for the listener ``conn`` came in on (Kafka's rule)."""
         image = self.publisher.image
         controller_id = controller_for(image, answering_broker=self.is_broker, active_controller=self.publisher.leader[0])
-        return answer_metadata(image, body, cluster_id=self.cluster_id, controller_id=controller_id)
+        listener = self.listeners.get(conn.listener)
+        return answer_metadata(image, body, cluster_id=self.cluster_id, controller_id=controller_id,
+                               listener_name=None if listener is None else listener.name)
 
-    async def _metadata_once_caught_up(self, body, back: type | None):
+    async def _metadata_once_caught_up(self, body, back: type | None, conn: FrameConnection):
         """Kafka's initial catch-up: a starting broker answers clients only once the controller
         has said its metadata caught up, never from the stale image it restarted with."""
         await self.caught_up.wait()
-        answer = self._metadata(body)
+        answer = self._metadata(body, conn)
         return answer if back is None else older_versions.from_served(answer, back)
 
     def _refuse_produce(self, conn: FrameConnection, rf: wire.RequestFrame) -> None:
@@ -322,12 +367,13 @@ def _parse(frame: bytes, request_type: type, api_key: int):
     return header.correlation_id, body, len(frame) - pos - size
 
 
-def supported_api_versions(served: dict | None = None) -> list[tuple[int, int, int]]:
-    """Raft's APIs and ``served`` (default: a controller's): (api key, min version, max version);
-    the older versions that older_versions.py converts count."""
-    served = NODE_CONTROLLER_APIS if served is None else served
-    return sorted(wire.supported_api_versions()
-                  + [(k, *older_versions.version_range(k, v)) for k, (v, _, _) in served.items()])
+def supported_api_versions(kind: str = KIND_CONTROLLER) -> list[tuple[int, int, int]]:
+    """(api key, min version, max version) of every API a listener of ``kind`` serves (ApiVersions,
+    raft's it answers, the node's; see LISTENER_RAFT_APIS); the older versions that
+    older_versions.py converts count."""
+    raft_apis = LISTENER_RAFT_APIS[kind] | {wire.API_API_VERSIONS}
+    return sorted([row for row in wire.supported_api_versions() if row[0] in raft_apis]
+                  + [(k, *older_versions.version_range(k, v)) for k, (v, _, _) in LISTENER_NODE_APIS[kind].items()])
 
 
 def _unsupported_api_versions():
@@ -338,11 +384,12 @@ def _unsupported_api_versions():
         kav0.ApiVersion(api_key=i16(wire.API_API_VERSIONS), min_version=i16(low), max_version=i16(high)),))
 
 
-def _api_versions_response(version: int, served: dict, image, supported):
-    """ApiVersions v0-v4: the APIs, plus from v3 (once there is an image) the supported and
-    finalized features that `kraftlog features describe` and Kafka's admin client read."""
+def _api_versions_response(version: int, kind: str, image, supported):
+    """ApiVersions v0-v4: the APIs a listener of ``kind`` serves, plus from v3 (once there is an
+    image) the supported and finalized features that `kraftlog features describe` and Kafka's
+    admin client read."""
     features = {} if image is None or version < 3 else api_versions_feature_fields(image, supported, version=version)
-    return wire.api_versions_response(version, supported_api_versions(served), **features)
+    return wire.api_versions_response(version, supported_api_versions(kind), **features)
 
 
 # ---- periodic snapshots -----------------------------------------------------------------------------
@@ -488,13 +535,23 @@ class SnapshottingPublisher(ImagePublisher):
 
 @dataclass(frozen=True)
 class BrokerSettings:
-    """What the broker role registers with: rack, its listener's advertised name and host."""
+    """What the broker role registers with: rack, log dirs, its lifecycle's timings."""
 
     rack: str | None = None
-    listener_name: str = "PLAINTEXT"
-    advertised_host: str = "127.0.0.1"
     log_dir_ids: tuple = ()
     config: BrokerConfig = BrokerConfig()
+
+
+def default_listener(roles: frozenset[str], host: str, *, tls: bool) -> NodeListener:
+    """The one socket of a node started without Kafka's listener settings (``--listen``): it serves
+    every role the node has, and advertises ``host`` (listeners.advertised_host's rule)."""
+    kind = KIND_BOTH if roles >= {ROLE_CONTROLLER, ROLE_BROKER} else next(iter(roles))
+    name = "CONTROLLER" if kind == KIND_CONTROLLER else ("SSL" if tls else "PLAINTEXT")
+    return NodeListener(name, kind, host, 0, advertised_host(host), 0, tls)
+
+
+def _security_protocol(listener: NodeListener) -> int:
+    return SECURITY_PROTOCOL_SSL if listener.tls else SECURITY_PROTOCOL_PLAINTEXT
 
 
 class MetadataNode(RaftNode):
@@ -508,7 +565,10 @@ class MetadataNode(RaftNode):
                  broker: BrokerSettings | None = None, snapshot_policy: SnapshotPolicy | None = None,
                  max_metadata_version: int | None = None, metrics_address: tuple[str, int] | None = None,
                  transport_config: TransportConfig | None = None, server_ssl=None, client_ssl=None,
-                 seed: int | None = None):
+                 listeners: tuple[NodeListener, ...] | None = None, seed: int | None = None):
+        """``listeners``: the sockets it serves, the main one (``start``'s) first, each other one
+        bound in ``extra_socks`` under its name (default: one socket for every role, on
+        127.0.0.1, TLS when ``server_ssl`` is given). ``server_ssl`` is used by the TLS ones."""
         if ROLE_CONTROLLER in roles and node_id not in voters:
             raise NodeError(f"node {node_id} has the controller role but is not among the voters {sorted(voters)}")
         if ROLE_CONTROLLER not in roles and node_id in voters:
@@ -516,6 +576,9 @@ class MetadataNode(RaftNode):
                             f"{','.join(sorted(roles))})")
         self.roles = roles
         self.cluster_id = cluster_id
+        self.node_listeners = listeners or (default_listener(roles, "127.0.0.1", tls=server_ssl is not None),)
+        if self.node_listeners[0].tls and server_ssl is None:
+            raise NodeError(f"listener {self.node_listeners[0].name} is SSL but no TLS context was given")
         # read by make_transport during RaftNode.__init__; client_ssl also by the broker/registrar channels
         self.transport_config, self.server_ssl, self.client_ssl = transport_config, server_ssl, client_ssl
         # what this node advertises (registrations, ApiVersions); a lower max plays an older build
@@ -526,6 +589,8 @@ class MetadataNode(RaftNode):
         self.transport.publisher, self.transport.cluster_id = self.machine, cluster_id
         self.transport.supported = self.supported
         self.transport.core = self.core
+        main, *others = self.node_listeners
+        self.transport.listeners = {None: main, **{li.name: li for li in others}}
         self.controller = None
         if ROLE_CONTROLLER in roles:
             self.controller = Controller(node_id, cluster_id, self.driver, self.machine, controller_config,
@@ -555,8 +620,8 @@ class MetadataNode(RaftNode):
         return SnapshottingPublisher(on_leader_change=self._leader_changed, fatal_faults=ROLE_CONTROLLER in self.roles)
 
     def make_transport(self, node_id: int, voters: dict[int, tuple[str, int]]):
-        return NodeTransport(node_id, voters, self.transport_config, server_ssl=self.server_ssl,
-                             client_ssl=self.client_ssl)
+        main_ssl = self.server_ssl if self.node_listeners[0].tls else None
+        return NodeTransport(node_id, voters, self.transport_config, server_ssl=main_ssl, client_ssl=self.client_ssl)
 
     @property
     def image(self):
@@ -566,24 +631,31 @@ class MetadataNode(RaftNode):
         if self.controller is not None:
             self.controller.on_leader_change(leader_id, epoch)
 
-    broker_sock: socket.socket | None = None  # a combined node's own broker listener (Kafka's listeners)
+    extra_socks: dict[str, socket.socket] = {}  # listener name -> its bound socket (every one but the main one)
 
     async def start(self, **kwargs) -> int:
         port = await super().start(**kwargs)
-        broker_port = port if self.broker_sock is None else await self.transport.listen_also(self.broker_sock)
+        main, *others = self.node_listeners
+        bound = {main.name: port}
+        for li in others:
+            bound[li.name] = await self.transport.listen_also(self.extra_socks[li.name], listener=li.name,
+                                                              server_ssl=self.server_ssl if li.tls else None)
+        registered = {li.name: Listener(li.name, *li.advertised(bound[li.name]), _security_protocol(li))
+                      for li in self.node_listeners}
         b = self.broker_settings
         if self.transport.metrics is not None:
             self.metrics_port = await self.transport.metrics.serve(*self.metrics_address)
         if self.controller is not None:
+            own = registered[main.name]  # a controller's main socket is its controller listener
+            if main.kind == KIND_BOTH:  # one socket for both roles: registered under both names, as before
+                own = Listener("CONTROLLER", own.host, own.port, own.security_protocol)
             self.registrar = ControllerRegistrar(self.node_id, self.machine, self.voters, features=self.supported,
-                                                 listener=Listener("CONTROLLER", b.advertised_host, port,
-                                                                   self._security_protocol()),
-                                                 ssl_context=self.client_ssl)
+                                                 listener=own, ssl_context=self.client_ssl)
             self.registrar.start()
         if ROLE_BROKER in self.roles:
             self.lifecycle = BrokerLifecycle(
                 self.node_id, self.cluster_id, self.machine, self.voters,
-                listeners=[Listener(b.listener_name, b.advertised_host, broker_port, self._security_protocol())],
+                listeners=[registered[li.name] for li in self.node_listeners if li.kind != KIND_CONTROLLER],
                 features=self.supported, rack=b.rack, log_dirs=b.log_dir_ids, config=b.config,
                 ssl_context=self.client_ssl)
             self.lifecycle.start()
@@ -592,9 +664,6 @@ class MetadataNode(RaftNode):
             if self.controller is None:
                 self.transport.forward = Forwarder(self.lifecycle.channel)
         return port
-
-    def _security_protocol(self) -> int:
-        return SECURITY_PROTOCOL_SSL if self.server_ssl is not None else SECURITY_PROTOCOL_PLAINTEXT
 
     async def stop(self, *, resign: bool = True) -> None:
         if self.lifecycle is not None:
@@ -669,8 +738,7 @@ async def serve(args) -> int:
                         request_timeout_ms=args.request_timeout_ms, fetch_max_wait_ms=args.fetch_max_wait_ms,
                         rack=args.rack)
     directory_id = props.get("directory.id")
-    host = (args.listen or "127.0.0.1:0").rpartition(":")[0] or "127.0.0.1"
-    broker = BrokerSettings(rack=args.rack, advertised_host=host,
+    broker = BrokerSettings(rack=args.rack,
                             log_dir_ids=(metaprops.parse_uuid(directory_id, "directory.id"),) if directory_id else (),
                             # one request timeout (Kafka's controller.quorum.request.timeout.ms) for raft
                             # and for the broker's requests to the controllers: an attempt on a hung
@@ -679,15 +747,17 @@ async def serve(args) -> int:
                                                 request_timeout_ms=args.request_timeout_ms))
     from kraftlog.engine.node import tls
 
-    server_ssl, client_ssl = tls.server_context(args), tls.client_context(args)
+    server_ssl = tls.server_context(args)
+    plan = getattr(args, "listener_plan", None)  # Kafka's listener settings (cli/node_cmd.py), else one socket
+    host = (args.listen or "127.0.0.1:0").rpartition(":")[0] or "127.0.0.1"
+    node_listeners = plan.opened if plan is not None else (default_listener(roles, host, tls=server_ssl is not None),)
+    # the links to the controllers speak their listener's protocol
+    client_ssl = tls.client_context(args) if plan is None or plan.controller_tls else None
     sock = listening_socket(args.listen_fd, args.listen, voters.get(args.node_id, ("127.0.0.1", 0)))
-    broker_listen = getattr(args, "broker_listen", None)
+    extra_socks: dict[str, socket.socket] = {}
     try:
-        broker_sock = listening_socket(None, broker_listen, ("127.0.0.1", 0)) if broker_listen else None
-    except BaseException:
-        sock.close()
-        raise
-    try:
+        for li in node_listeners[1:]:
+            extra_socks[li.name] = listening_socket(None, li.bind_address, ("127.0.0.1", 0))
         node = MetadataNode(args.node_id, voters, args.dir, cluster_id=cluster_id, roles=roles, config=config,
                             controller_config=ControllerConfig(
                                 session_timeout_ms=args.session_timeout_ms,
@@ -701,23 +771,24 @@ async def serve(args) -> int:
                             max_metadata_version=args.max_metadata_version,
                             metrics_address=_metrics_address(args.metrics_port, host),
                             transport_config=TransportConfig(max_frame_bytes=args.max_frame_bytes),
-                            server_ssl=server_ssl, client_ssl=client_ssl)
+                            server_ssl=server_ssl, client_ssl=client_ssl, listeners=node_listeners)
     except ValueError as exc:  # timeouts that cannot work together (RaftNode says which)
-        for s in (sock, broker_sock):
-            if s is not None:
-                s.close()
+        _close_all(sock, *extra_socks.values())
         raise NodeError(str(exc)) from None
     except BaseException:
-        for s in (sock, broker_sock):
-            if s is not None:
-                s.close()
+        _close_all(sock, *extra_socks.values())
         raise
-    node.broker_sock = broker_sock
+    node.extra_socks = extra_socks
     await serve_node(node, sock)
     image = node.image
     log.info("stopped at offset %d: %d topics, %d partitions, %d brokers", node.machine.next_offset,
              image.topics.live_topics, image.topics.partition_count, len(image.cluster.brokers))
     return 0
+
+
+def _close_all(*socks: socket.socket) -> None:
+    for s in socks:
+        s.close()
 
 
 def _metrics_address(port: int | None, host: str) -> tuple[str, int] | None:

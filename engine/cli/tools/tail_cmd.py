@@ -23,10 +23,11 @@ from kraftlog.errors import KraftlogError
 # group must stay cheap (`kraftlog --help` imports no asyncio or numpy)
 
 EXAMPLE = """examples:
-  kraftlog log tail --bootstrap-server 127.0.0.1:9092
+  kraftlog log tail --bootstrap-server 127.0.0.1:9093
   kraftlog log tail --bootstrap-server 1@h1:9093,2@h2:9093 --rack rack-a --from-offset 1200 --max-records 10
 
-Any controller or broker answers with committed records only (Fetch as a consumer, KIP-392).
+Any controller answers on its controller listener with committed records only (Fetch as a
+consumer, KIP-392); a broker listener serves no Fetch, as Kafka's split has it.
 With --rack, servers given as ID@HOST:PORT can be chosen by the leader as the rack's read replica."""
 
 LEADER_CHANGE_KEY = struct.pack(">hh", 0, 2)  # control record key: version 0, type LEADER_CHANGE
