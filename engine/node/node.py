@@ -171,6 +171,13 @@ class NodeTransport(RaftTransport):
     def _served(self, conn: FrameConnection) -> dict[int, tuple[int, type, type]]:
         return LISTENER_NODE_APIS[self._kind(conn)]
 
+    def _not_here(self, conn: FrameConnection, api_key: int) -> wire.WireFormatError:
+        """Kafka closes a connection that sends an API its listener does not enable (the transport
+        logs this one line and closes it)."""
+        listener = self._listener(conn)
+        return wire.WireFormatError(f"API {api_key} is not served on the {listener.kind} listener {listener.name}: "
+                                    "it is for the controller listener")
+
     def serve_controller(self, controller: Controller) -> None:
         """Answer the controller APIs with ``controller``'s handlers (the table is built once)."""
         self.controller = controller
@@ -184,9 +191,7 @@ class NodeTransport(RaftTransport):
             self.metrics.request_seen(api_key)
         kind = self._kind(conn)
         if api_key in _RAFT_APIS and api_key not in LISTENER_RAFT_APIS[kind]:
-            # Kafka closes a connection that sends an API its listener does not enable
-            raise wire.WireFormatError(f"API {api_key} is not served on the {kind} listener "
-                                       f"{self._listener(conn).name}: it is for the controller listener")
+            raise self._not_here(conn, api_key)
         if api_key == wire.API_PRODUCE:
             self._refuse_produce(conn, wire.parse_request(frame))
             return
@@ -212,8 +217,7 @@ class NodeTransport(RaftTransport):
         spec = self._served(conn).get(api_key) if self.publisher is not None else None
         if spec is None:
             if api_key in NODE_CONTROLLER_APIS and self.publisher is not None:
-                raise wire.WireFormatError(f"API {api_key} is not served on the {kind} listener "
-                                           f"{self._listener(conn).name}: it is for the controller listener")
+                raise self._not_here(conn, api_key)
             super()._on_request(conn, frame)
             return
         served, served_request, served_response = spec
