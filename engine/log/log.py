@@ -262,19 +262,22 @@ class Log:
     def _init_flush_state(self, clean: bool) -> None:
         """What is durable on open. After a clean close, everything (it was fsynced before the
         marker). After a crash, every segment but the last (a roll fsyncs first), but not the last
-        one's bytes nor its directory entry: the crash may have been the process only, leaving them
-        in the page cache. Recovery does not fsync them (nothing it changed needs it, and an fsync
-        costs milliseconds even when there is nothing to write); they count as unflushed and the
-        next flush, or the close before writing the marker, makes them durable."""
+        one's bytes, length nor directory entry: the crash may have been the process only, leaving
+        them in the page cache (a torn tail this open or an earlier one cut off included: empty,
+        the segment may still come back longer after a power loss). Recovery does not fsync them (an
+        fsync costs milliseconds even when there is nothing to write); they count as unflushed and
+        the next flush, or the close before writing the marker, makes them durable."""
         last = self._segments[-1]
         self._flushed = self._end
         self._unflushed_messages = 0
         self._oldest_unflushed_ms: int | None = None
-        if clean or not last.size:
+        if clean:
             return
-        self._flushed = min(self._end, max(self._start, last.base_offset))
         last.dirty = True
         self._dir_dirty = True
+        if not last.size:
+            return
+        self._flushed = min(self._end, max(self._start, last.base_offset))
         self._unflushed_messages = self._end - self._flushed
         self._oldest_unflushed_ms = self._clock_ms()
 
