@@ -15,6 +15,7 @@ def test_samples_go_to_their_innermost_category():
         f"{DRIVER};encode_response_body (raft/wire.py:715);_write (raft/wire.py:171);"
         f"entity_writer.<locals>.write_entity (kio/serial/_serialize.py:228) 7",
         f"{DRIVER};encode_response_body (raft/wire.py:715);__create_fn__.<locals>.__init__ (<string>:3) 5",
+        f"{DRIVER};encode_fetch_response (raft/hot_codec.py:240) 2",
         f"{DRIVER};EngineRaftLog.read (engine/node/raftlog.py:136);split_batches (raft/wire.py:388);"
         f"_all (numpy/_core/_methods.py:70) 4",
         f"{DRIVER};execute_ready (raft/ready.py:103);Segment.sync (engine/log/segment.py:300);"
@@ -25,9 +26,9 @@ def test_samples_go_to_their_innermost_category():
         "not a sample line",
     ]
     counts, total = pc.categorize(lines)
-    assert total == 28
+    assert total == 30
     assert counts["kio encode/decode"] == 7
-    assert counts["wire: framing, batch split, kio conversion (raft/wire.py)"] == 5 + 4
+    assert counts["wire: framing, batch split, Fetch codec, kio conversion (raft/wire.py, hot_codec.py)"] == 5 + 2 + 4
     assert counts["fsync"] == 3
     assert counts["log append/read (engine/log, raftlog.py)"] == 2
     assert counts["asyncio loop and socket calls"] == 6
