@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from image_summary import summary
+from image_summary import full_summary
 
 from kraftlog.engine.image import production as pr
 from kraftlog.engine.image import versions
@@ -26,11 +26,6 @@ pytestmark = pytest.mark.twin
 
 SHAPE = pr.ProductionShape(wl.WorkloadShape.scaled(3000, replicas_per_broker=300), tail_bytes=4 << 20,
                            duration_ms=1_200_000, seed=5)
-
-
-def full_summary(image: MetadataImage) -> dict:
-    return {**summary(image), "acls": dict(image.acls), "scram": dict(image.scram),
-            "tokens": dict(image.delegation_tokens)}
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,12 @@ replayed on its own. PartitionRecord directories ride in the columns.
 
 Transactions (Begin/End/AbortTransactionRecord): records between a Begin and its Abort are
 dropped; a transaction still open at the end of what was read is held back: the loader applies
-nothing from its Begin on and reports that offset so the caller re-reads from there later.
+nothing from its Begin on, reports that offset (``pending_transaction_offset``) and keeps the whole
+batches from the one holding the Begin, which it puts in front of what the next call (or the next
+region) reads. A transaction may span any number of batches, regions and calls (Kafka writes one
+per CreateTopics too large for a batch). Records of a held batch before the Begin were applied
+already and are not applied again. Loading a snapshot, or an image set from outside that already
+covers the Begin, drops what is held.
 
 Errors: an undecodable or inapplicable record raises MetadataLoadError naming its offset and
 record type. With ``skip_errors=True`` such a record is skipped and counted in the manifest
@@ -44,6 +49,7 @@ from kraftlog.engine.image.topics import TOPIC_EPOCH_TAG, MetadataReplayError, t
 from kraftlog.engine.records import batch, metadata_columns
 from kraftlog.engine.records import metadata as codec
 from kraftlog.engine.records.layout import ATTRIBUTES_OFFSET, CONTROL_BIT, HEADER_SIZE
+from kraftlog.engine.records.metadata_columns import B_BASE_OFFSET, B_LAST_OFFSET_DELTA, B_POS, B_SIZE
 from kraftlog.errors import CorruptRecordError, KraftlogError, UndecodableRecordError
 
 API_TOPIC, API_PARTITION, API_PARTITION_CHANGE = 2, 3, 5
@@ -93,6 +99,15 @@ class LoadManifest:
         return self.records / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
 
+@dataclass(frozen=True)
+class HeldTransaction:
+    """The whole batches from the one holding an open transaction's Begin to the end of what was read."""
+
+    data: bytes
+    begin_offset: int
+    batches: int
+
+
 Publisher = Callable[[MetadataDelta, MetadataImage, LoadManifest], None]
 Progress = Callable[[LoadManifest], None]
 
@@ -111,6 +126,7 @@ class Loader:
         self.publishers = list(publishers)
         self.skip_errors = skip_errors
         self.progress = progress
+        self.held: HeldTransaction | None = None  # an open transaction, completed by a later read
 
     def load_snapshot(self, buf, *, end_offset: int, epoch: int, start: int = 0, end: int | None = None,
                       path: str | None = None) -> MetadataImage:
@@ -118,6 +134,7 @@ class Loader:
         included); ``end_offset``/``epoch`` are the snapshot id."""
         manifest = LoadManifest("snapshot")
         started = time.perf_counter()
+        self.held = None  # the snapshot replaces everything before its end
         delta = MetadataImage.empty().delta()
         columns = _decode(buf, start, end, path)
         apply_columns(delta, columns, manifest, snapshot_end_offset=end_offset, skip_errors=self.skip_errors,
@@ -140,10 +157,10 @@ class Loader:
         manifest = LoadManifest("log")
         started = time.perf_counter() if started is None else started
         delta = self.image.delta()
-        apply_columns(delta, columns, manifest, snapshot_end_offset=None, skip_errors=self.skip_errors, path=path)
+        self._apply_log(delta, columns, manifest, path)
         provenance = self.image.provenance
         if columns.last_offset >= 0:
-            last = manifest.last_offset if manifest.pending_transaction_offset is not None else columns.last_offset
+            last = _processed_up_to(manifest, columns)
             provenance = Provenance(last, int(columns.last_epoch), int(columns.last_timestamp_ms))
         del columns  # the decoded arrays go before _publish returns their memory to the OS
         return self._publish(delta, provenance, manifest, started)
@@ -159,17 +176,34 @@ class Loader:
         for buf in regions:
             columns = _decode(buf, 0, None, path)
             manifest.bytes_read += len(buf)
-            apply_columns(delta, columns, manifest, snapshot_end_offset=None, skip_errors=self.skip_errors, path=path)
+            self._apply_log(delta, columns, manifest, path)
             if columns.last_offset >= 0:
-                last = manifest.last_offset if manifest.pending_transaction_offset is not None else columns.last_offset
+                last = _processed_up_to(manifest, columns)
                 provenance = Provenance(last, int(columns.last_epoch), int(columns.last_timestamp_ms))
             if self.progress is not None:
                 manifest.elapsed_s = time.perf_counter() - started
                 self.progress(manifest)
             del columns  # the decoded arrays go before the next region is decoded
-            if manifest.pending_transaction_offset is not None:
-                break
         return self._publish(delta, provenance, manifest, started)
+
+    def _apply_log(self, delta: MetadataDelta, columns, manifest: LoadManifest, path: str | None) -> None:
+        """apply_columns for log records, behind the batches of a transaction held open by the last
+        read (decoded again with these); holds this read's open transaction in turn."""
+        held, self.held = self.held, None
+        if held is not None and held.begin_offset <= self.image.provenance.offset:
+            held = None  # the image was replaced by one that covers the transaction
+        if held is not None and len(columns.batches):
+            first, end = int(columns.batches[0, B_POS]), _batches_end(columns.batches)
+            columns = _decode(held.data + bytes(memoryview(columns.source)[first:end]), 0, None, path)
+            manifest.batches -= held.batches  # counted when they were first read
+        elif held is not None:
+            self.held = held  # nothing new was read
+            return
+        skip_below = -1 if held is None else held.begin_offset
+        apply_columns(delta, columns, manifest, snapshot_end_offset=None, skip_errors=self.skip_errors, path=path,
+                      skip_below=skip_below)
+        if manifest.pending_transaction_offset is not None:
+            self.held = _hold(columns, manifest.pending_transaction_offset)
 
     def _publish(self, delta: MetadataDelta, provenance: Provenance, manifest: LoadManifest,
                  started: float) -> MetadataImage:
@@ -236,15 +270,42 @@ def _decode(buf, start: int, end: int | None, path: str | None):
         raise CorruptRecordError(str(exc), path=path) from exc
 
 
+def _processed_up_to(manifest: LoadManifest, columns) -> int:
+    """The offset an image is at after ``columns``: their last, or the one before a transaction
+    still open (everything before its Begin is applied, nothing from it)."""
+    pending = manifest.pending_transaction_offset
+    return columns.last_offset if pending is None else pending - 1
+
+
+def _batches_end(batches: np.ndarray) -> int:
+    return int(batches[-1, B_POS] + batches[-1, B_SIZE])
+
+
+def _hold(columns, begin_offset: int) -> HeldTransaction:
+    """The batches of ``columns`` from the one holding ``begin_offset`` on, copied out of the input."""
+    batches = columns.batches
+    k = int(np.searchsorted(batches[:, B_BASE_OFFSET] + batches[:, B_LAST_OFFSET_DELTA], begin_offset))
+    start = int(batches[k, B_POS])
+    return HeldTransaction(bytes(memoryview(columns.source)[start:_batches_end(batches)]), begin_offset,
+                           len(batches) - k)
+
+
 # -- applying decoded columns ---------------------------------------------------------------------
 def apply_columns(delta: MetadataDelta, cols, manifest: LoadManifest, *, snapshot_end_offset: int | None,
-                  skip_errors: bool = False, path: str | None = None) -> None:
+                  skip_errors: bool = False, path: str | None = None, skip_below: int = -1) -> None:
+    """Apply the records of ``cols`` (those at ``skip_below`` or later) to ``delta``; sets the
+    manifest's ``pending_transaction_offset`` when a transaction is still open at the end."""
     n = len(cols.offsets)
     manifest.batches += int(cols.batch_count)
+    manifest.pending_transaction_offset = None
     if n == 0:
         return
-    manifest.first_offset = int(cols.offsets[0]) if manifest.first_offset < 0 else manifest.first_offset
     keep = _transaction_mask(cols, manifest)
+    if skip_below >= 0:  # records before a held transaction's Begin were applied when first read
+        keep = (cols.offsets >= skip_below) & (True if keep is None else keep)
+    first = np.flatnonzero(cols.offsets >= skip_below)
+    if manifest.first_offset < 0 and len(first):
+        manifest.first_offset = int(cols.offsets[first[0]])
     ctx = _Context(delta, cols, manifest, snapshot_end_offset, skip_errors, path)
     stream = _STREAM_OF_API_KEY[np.clip(cols.api_keys, 0, len(_STREAM_OF_API_KEY) - 1)]
     if keep is None and bool((stream == TOPIC_STREAM).all()):  # a snapshot, CreateTopics: no copies
@@ -258,7 +319,8 @@ def apply_columns(delta: MetadataDelta, cols, manifest: LoadManifest, *, snapsho
         _apply_topic_runs(ctx, topical, cols.api_keys[topical])
     applied = np.flatnonzero(keep) if keep is not None else None
     last = int(cols.offsets[applied[-1]]) if applied is not None and len(applied) else int(cols.offsets[-1])
-    manifest.last_offset = max(manifest.last_offset, last)
+    if applied is None or len(applied):
+        manifest.last_offset = max(manifest.last_offset, last)
     manifest.records += n if keep is None else int(keep.sum())
 
 

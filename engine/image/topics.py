@@ -526,7 +526,12 @@ class TopicsDelta:
         """The row of (topic, partition id), growing the topic's run when the id is new."""
         first, count = int(self.topics.get(trow, "first_row")), int(self.topics.get(trow, "partition_count"))
         if partition_id < count:
-            return first + partition_id
+            prow = first + partition_id
+            if topic_epoch is not None and int(self.partitions.get(prow, "partition_id")) < 0:
+                # a hole left by a higher id that came first: this record creates the partition
+                # (as the bulk path, which sorts a creation's partitions, counts it)
+                self.topics.set(trow, "topic_epoch", topic_epoch)
+            return prow
         new_count = partition_id + 1
         at_end = count == 0 or first + count == self.partitions.rows
         if at_end:

@@ -1,7 +1,7 @@
 """ImageWriter: an image back out as metadata records at a chosen metadata.version, with a loss report.
 
 The order is the one Kafka's image writer uses, so a snapshot loads the same way anywhere:
-features (metadata.version first), cluster (brokers, then controllers), topics (each TopicRecord
+features (metadata.version first, then the ZK migration state), cluster (brokers, then controllers), topics (each TopicRecord
 followed by its PartitionRecords), configs, client quotas, producer ids, ACLs, SCRAM credentials,
 delegation tokens. Record versions come from versions.py for the target level.
 
@@ -86,6 +86,7 @@ def _records(image: MetadataImage, level: int, with_topic_epochs: bool, fast: bo
     yield "FeatureLevelRecord", 0, METADATA_VERSION, {"Name": METADATA_VERSION, "FeatureLevel": level}
     for name, feature_level in sorted(image.features.finalized.items()):
         yield "FeatureLevelRecord", 0, name, {"Name": name, "FeatureLevel": feature_level}
+    yield from _zk_migration_state(image, level, out)
     yield from _cluster(image, level)
     yield from _topics(image.topics, level, with_topic_epochs, fast, out)
     for (resource_type, resource_name), configs in sorted(image.configs.items()):
@@ -107,6 +108,18 @@ def _records(image: MetadataImage, level: int, with_topic_epochs: bool, fast: bo
         yield "UserScramCredentialRecord", 0, f"{key[0]}/{key[1]}", thaw(data)
     for token_id, data in sorted(image.delegation_tokens.items()):
         yield "DelegationTokenRecord", 0, token_id, thaw(data)
+
+
+def _zk_migration_state(image: MetadataImage, level: int, out: ImageWrite):
+    """The ZK migration state the image keeps, right after the features (Kafka's FeaturesImage
+    writes it there from 3.4-IV0 on); below that level a state other than NONE (0) is a loss."""
+    state = image.zk_migration_state
+    if state is None:
+        return
+    if level >= versions.ZK_MIGRATION:
+        yield "ZkMigrationStateRecord", 0, "zk migration", {"ZkMigrationState": state}
+    elif state:
+        out.losses.append(Loss("ZkMigrationStateRecord", "zk migration", ("ZkMigrationState",)))
 
 
 def _cluster(image: MetadataImage, level: int):

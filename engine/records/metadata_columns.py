@@ -86,6 +86,9 @@ class MetadataColumns:
     metadata batch's (inflated) records section, and value_pos points into it.
     Provenance: last_offset (-1 when no batch), last_epoch, last_timestamp_ms (maxTimestamp of the
     last batch, control batches included), batch_count, control_record_count.
+    ``batches``: walk_batches' table (B_* columns, positions in ``source``, the input's bytes), so
+    a caller can cut whole batches out of the input again (the loader holds back the batches of a
+    transaction still open at the end of a region).
 
     Tables (``extras`` bool in all of them):
         topics: record_index, topic_id uint64[k,2] (msb, lsb), name_offsets int64[k+1] into name_blob
@@ -113,12 +116,14 @@ class MetadataColumns:
     TABLES = ("topics", "partitions", "partition_changes", "remove_topics", "configs", "features",
               "fence", "broker_changes", "broker_registrations", "other")
 
-    def __init__(self, decoded: dict, data, batches: np.ndarray):
+    def __init__(self, decoded: dict, data, batches: np.ndarray, source=None):
         for name in ("offsets", "api_keys", "versions", "kind_rows", "value_pos", "value_len"):
             setattr(self, name, decoded[name])
         for name in self.TABLES:
             setattr(self, name, ColumnTable(name, decoded[name]))
         self.data = data
+        self.source = data if source is None else source
+        self.batches = batches
         self.batch_count = len(batches)
         control = (batches[:, B_ATTRIBUTES] & CONTROL_BIT) != 0
         self.control_record_count = int(batches[control, B_RECORD_COUNT].sum())
@@ -236,7 +241,7 @@ def decode_region_with(impl, buf, start: int = 0, end: int | None = None, *, ver
         decoded = impl.decode_sections(gathered, sections, None)
     except CorruptRecordError as exc:
         raise _relocate(exc, sections, origins, batches, path) from None
-    return MetadataColumns(decoded, gathered, batches)
+    return MetadataColumns(decoded, gathered, batches, view)
 
 
 __all__ = [
