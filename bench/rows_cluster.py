@@ -1,5 +1,6 @@
 """Benchmark rows for node processes on loopback (issue 7): a broker restart on a 1M-partition
-image, and CreateTopics through a real 3-controller quorum.
+image (issue 17: also with a production tail after its snapshot), and CreateTopics through a real
+3-controller quorum.
 
     broker.restart_1m_s
         A broker (``kraftlog node run --process-roles broker``) whose directory holds the reference
@@ -17,6 +18,15 @@ image, and CreateTopics through a real 3-controller quorum.
         Extra fields say where the time goes: the interpreter and import time (the node command's
         imports in a fresh ``python``), the time to READY, and the node's own "loaded snapshot ...
         in N ms" log line.
+
+    broker.restart_1m_tail_s
+        The same restart when the broker's log (and the controller's) also holds a production tail
+        after the snapshot (engine/image/production.py: TAIL_BYTES of a controller's events, its
+        batches and epochs, appended as the controller wrote them): what a broker restarted between
+        two snapshots replays. Timed the same way, until the answer for one base topic the tail
+        left in place equals the controller's answer and its image offset (tag 10001) has reached
+        the end of the tail. Peer: the restart with no tail above, same scale, interleaved in the
+        same run; the ratio is the tail's cost.
 
     controller.create_topics_per_s
         Three controller processes and three broker processes (real, registered and unfenced),
@@ -233,6 +243,18 @@ class RestartCluster(LocalCluster):
         finally:
             probe.close()
 
+    def controller_answer(self):
+        """The controller's Metadata answer for the row's topic (untimed)."""
+        probe = MetadataProbe(self.addresses[CONTROLLER_ID], ANSWER_TIMEOUT_S)
+        try:
+            return probe.ask([self.want.name])
+        finally:
+            probe.close()
+
+    def answered_right(self, md) -> bool:
+        """The broker's answer is the one this row waits for."""
+        return answer_matches(md, self.want)
+
     def restart_broker(self) -> RestartRun:
         """One timed start of the (stopped) broker, then its controlled shutdown."""
         before = len(self.stderr_of(BROKER_ID))
@@ -262,7 +284,7 @@ class RestartCluster(LocalCluster):
         deadline = time.perf_counter() + ANSWER_TIMEOUT_S
         while True:
             md = probe.ask([self.want.name])
-            if answer_matches(md, self.want) and extra(md):
+            if self.answered_right(md) and extra(md):
                 return
             if time.perf_counter() > deadline or self.procs[node].poll() is not None:
                 raise RuntimeError(f"node {node} did not answer {self.want.name} right within {ANSWER_TIMEOUT_S} s "
@@ -281,6 +303,103 @@ class RestartCluster(LocalCluster):
             p.kill()
             p.wait(10)
         p.err_file.close()
+
+
+TAIL_BYTES = 20 << 20  # Kafka's metadata.log.max.record.bytes.between.snapshots
+NO_SNAPSHOT_BYTES = (1 << 31) - 1  # the largest the flag takes
+
+
+class TailRestartCluster(RestartCluster):
+    """RestartCluster whose logs (broker's and controller's) hold, after the snapshot, the
+    production tail a controller writes until the next snapshot (TAIL_BYTES)."""
+
+    def __init__(self, directory: str, partitions: int, launcher: list[str], tail_bytes: int = TAIL_BYTES):
+        super().__init__(directory, partitions, launcher)
+        self.tail_bytes = tail_bytes
+        self.tail_end = self.tail_records = -1
+        self.want_known = False  # self.want is the controller's answer (not the workload's)
+
+    def seed(self) -> None:
+        from kraftlog.engine.image import production as pr
+
+        super().seed()
+        tail = pr.ProductionTail(pr.ProductionShape(self.shape, tail_bytes=self.tail_bytes), self.snapshot_id[0])
+        appends = list(_appends_per_epoch(pr.encode_batches(tail.batches(), self.snapshot_id[0], with_epochs=True)))
+        facts = tail.finish()
+        self.tail_records = facts.records
+        # a base topic the tail neither deleted nor re-created, so the answer compared is the tail's
+        # result for a topic the snapshot already had
+        names = (wl.topic_name(t) for t in range(self.shape.topics // 2, self.shape.topics))
+        gone = facts.deleted | set(facts.recreated)
+        self.want = expected_topic(self.shape, self.shape.topics // 2 + next(
+            k for k, name in enumerate(names) if name not in gone))
+        for i in self.socks:
+            self.tail_end = append_tail(self.dir_of(i), appends)
+
+    def command(self, i: int, listen_fd: int) -> list[str]:
+        # No node writes a snapshot while the row runs (the tail alone is the default threshold):
+        # every restart replays the whole tail, as a broker restarted before its next snapshot does.
+        return [*super().command(i, listen_fd), "--snapshot-max-new-bytes", str(NO_SNAPSHOT_BYTES)]
+
+    def start_controller(self) -> None:
+        """Start it (it replays the tail before it leads), then take the answer to wait for from it:
+        the tail moved leaders and ISRs, and it may still write (leader balancing)."""
+        super().start_controller()
+        self.want = _expected_from_answer(self.controller_answer(), self.want.name)
+        self.want_known = True
+
+    def restart_broker(self) -> RestartRun:
+        self.want = _expected_from_answer(self.controller_answer(), self.want.name)
+        return super().restart_broker()
+
+    def answered_right(self, md) -> bool:
+        return int(md.metadata_offset) >= self.tail_end - 1 and (not self.want_known or answer_matches(md, self.want))
+
+
+def _appends_per_epoch(batches, max_bytes: int = 1 << 20, max_batches: int = 1024):
+    """(bytes, epoch) appends of the tail's (batch, epoch) pairs: one epoch each, at most about
+    ``max_bytes`` and ``max_batches`` (the log refuses longer appends)."""
+    pending, size, epoch = [], 0, None
+    for data, batch_epoch in batches:
+        if pending and (batch_epoch != epoch or size >= max_bytes or len(pending) >= max_batches):
+            yield b"".join(pending), epoch
+            pending, size = [], 0
+        pending.append(data)
+        size += len(data)
+        epoch = batch_epoch
+    if pending:
+        yield b"".join(pending), epoch
+
+
+def append_tail(directory: str, appends) -> int:
+    """Append the tail to the node's metadata log as its leaders wrote it; the log's end offset."""
+    from kraftlog.engine.layout import METADATA_LOG_DIRNAME, SNAPSHOT_DIRNAME
+    from kraftlog.engine.node.raftlog import EngineRaftLog
+    from kraftlog.engine.snapshot import SnapshotStore
+
+    partition_dir = os.path.join(directory, METADATA_LOG_DIRNAME)
+    store = SnapshotStore(os.path.join(partition_dir, SNAPSHOT_DIRNAME))
+    try:
+        raft_log = EngineRaftLog(partition_dir, store)
+        for data, epoch in appends:
+            raft_log.log.append_as_leader(data, epoch)
+        raft_log.flush()
+        end = raft_log.end_offset()
+        raft_log.close()
+        return end
+    finally:
+        store.close()
+
+
+def _expected_from_answer(md, name: str) -> ExpectedTopic:
+    """The ExpectedTopic a Metadata answer for ``name`` holds (the controller's, to compare a
+    broker's with)."""
+    if len(md.topics) != 1 or int(md.topics[0].error_code) != 0:
+        raise RuntimeError(f"the controller does not answer {name}: {md.topics!r}")
+    t = md.topics[0]
+    parts = sorted((int(p.partition_index), int(p.leader_id), int(p.leader_epoch),
+                    tuple(int(r) for r in p.replica_nodes), tuple(int(r) for r in p.isr_nodes)) for p in t.partitions)
+    return ExpectedTopic(name, t.topic_id, tuple(parts))
 
 
 def bytecode_launcher(root: str) -> list[str]:
@@ -312,15 +431,23 @@ class RestartResult:
     peer: list[RestartRun]
     interpreter_s: float
     import_s: float
+    tail_records: int | None = None
+    tail_bytes: int | None = None
 
 
-def restart_runs(partitions: int, runs: int) -> RestartResult:
-    """``runs`` timed restarts of a broker on the ``partitions`` image and as many of the peer
-    (the one-topic image), interleaved so both see the same machine; one untimed start each first."""
+def restart_runs(partitions: int, runs: int, *, with_tail: bool = False) -> RestartResult:
+    """``runs`` timed restarts of a broker on the ``partitions`` image and as many of the peer,
+    interleaved so both see the same machine; one untimed start each first. The peer: the
+    one-topic image, or with ``with_tail`` (ours then has the production tail after its snapshot)
+    the same image without the tail."""
     root = tempfile.mkdtemp(prefix="kraftlog-bench-restart-")
     launcher = bytecode_launcher(root)
-    big = RestartCluster(os.path.join(root, "big"), partitions, launcher)
-    small = RestartCluster(os.path.join(root, "small"), PEER_PARTITIONS, launcher)
+    if with_tail:
+        big = TailRestartCluster(os.path.join(root, "tail"), partitions, launcher)
+        small = RestartCluster(os.path.join(root, "no-tail"), partitions, launcher)
+    else:
+        big = RestartCluster(os.path.join(root, "big"), partitions, launcher)
+        small = RestartCluster(os.path.join(root, "small"), PEER_PARTITIONS, launcher)
     try:
         for c in (big, small):
             c.seed()
@@ -334,7 +461,8 @@ def restart_runs(partitions: int, runs: int) -> RestartResult:
             interpreter_s, import_s = startup_seconds(launcher)
             bare.append(interpreter_s)
             imports.append(import_s)
-        return RestartResult(ours, peer, statistics.median(bare), statistics.median(imports))
+        return RestartResult(ours, peer, statistics.median(bare), statistics.median(imports),
+                             getattr(big, "tail_records", None), getattr(big, "tail_bytes", None))
     finally:
         big.close()
         small.close()
@@ -369,6 +497,34 @@ def _ms(value: float | None) -> str:
 
 def broker_restart(quick: bool) -> dict:
     return restart_row(partitions_for(quick), 3 if quick else 5)
+
+
+def restart_tail_row(partitions: int, runs: int, *, name: str = "broker.restart_1m_tail_s") -> dict:
+    result = restart_runs(partitions, runs, with_tail=True)
+    ours = result.ours
+    totals = [r.total_s for r in ours]
+    median = statistics.median(totals)
+    ready = statistics.median(r.ready_s for r in ours)
+    loads = [r.load_ms for r in ours if r.load_ms is not None]
+    load_ms = statistics.median(loads) if loads else None
+    peer_median = statistics.median(r.total_s for r in result.peer)
+    after_ready = statistics.median(r.total_s - r.ready_s for r in ours)
+    peer_after_ready = statistics.median(r.total_s - r.ready_s for r in result.peer)
+    return row(name, "s", median, spread(totals),
+               peer="the same broker restart with no tail after the snapshot (broker.restart_1m_s's scenario, "
+                    "same scale, interleaved)",
+               peer_value=peer_median, higher_is_better=False,
+               goal=f"<= 1 s at 1M with a {TAIL_BYTES >> 20} MiB production tail (process start included)",
+               met=median <= 1.0, scale=scale(partitions), runs=runs, tail_records=result.tail_records,
+               tail_bytes=result.tail_bytes, ready_s=ready, snapshot_load_ms=load_ms,
+               answer_after_ready_s=after_ready, peer_answer_after_ready_s=peer_after_ready,
+               notes=f"Popen -> READY {ready:.2f} s, then the snapshot load ({_ms(load_ms)}), the tail's "
+                     f"{result.tail_records:,} records fetched as committed and replayed, and the first answer "
+                     f"at the tail's end: {after_ready:.2f} s after READY (no tail: {peer_after_ready:.2f} s)")
+
+
+def broker_restart_tail(quick: bool) -> dict:
+    return restart_tail_row(partitions_for(quick), 3 if quick else 5)
 
 
 # ---- CreateTopics through a 3-controller quorum ---------------------------------------------------------
@@ -615,5 +771,6 @@ def create_topics(quick: bool) -> dict:
 
 ROWS = {
     "broker.restart_1m_s": broker_restart,
+    "broker.restart_1m_tail_s": broker_restart_tail,
     "controller.create_topics_per_s": create_topics,
 }

@@ -64,6 +64,7 @@ def test_both_rows_are_registered_with_the_report():
     """`kraftlog bench --only broker.restart_1m_s` (and the controller row) find these rows."""
     rows = harness.discover().rows
     assert rows["broker.restart_1m_s"] is rc.broker_restart
+    assert rows["broker.restart_1m_tail_s"] is rc.broker_restart_tail
     assert rows["controller.create_topics_per_s"] is rc.create_topics
 
 
@@ -79,6 +80,35 @@ def test_restart_row_times_a_broker_that_loaded_its_snapshot():
     assert r["snapshot_load_ms"] is not None and r["snapshot_load_ms"] >= 0
     assert r["import_s"] > 0 and r["interpreter_s"] > 0
     assert r["ratio"] == pytest.approx(r["peer_value"] / r["value"])
+
+
+@pytest.mark.slow
+def test_tail_restart_row_waits_for_the_tail_beside_the_restart_without_it():
+    """The tail row on a 10,000-partition image: the broker's log holds the 20 MiB production tail
+    after its snapshot (hundred thousand records and more), every timed answer is the controller's
+    and at the tail's end (so the tail was replayed, not just the snapshot loaded), and the peer is
+    the same restart without the tail."""
+    r = harness.check_row(rc.restart_tail_row(10_000, 1), "broker.restart_1m_tail_s")
+    assert r["scale"] == 10_000 and r["tail_bytes"] == rc.TAIL_BYTES and r["tail_records"] > 100_000
+    assert 0 < r["ready_s"] <= r["value"] < rc.ANSWER_TIMEOUT_S and 0 < r["peer_value"] < rc.ANSWER_TIMEOUT_S
+    assert r["answer_after_ready_s"] > 0 and r["snapshot_load_ms"] is not None
+    assert r["ratio"] == pytest.approx(r["peer_value"] / r["value"])
+
+
+def test_a_tail_restart_answer_counts_only_at_the_tail_end():
+    """answered_right refuses the right topic from an image short of the tail's end."""
+    cluster = rc.TailRestartCluster.__new__(rc.TailRestartCluster)
+    shape = wl.WorkloadShape.scaled(1000)
+    image = _image(shape)
+    cluster.want, cluster.want_known = rc.expected_topic(shape, 7), True
+    md = _ask(image, wl.topic_name(7))
+    cluster.tail_end = int(md.metadata_offset) + 1
+    assert cluster.answered_right(md)
+    cluster.tail_end += 1
+    assert not cluster.answered_right(md)
+    cluster.tail_end -= 1
+    cluster.want = rc.expected_topic(shape, 8)
+    assert not cluster.answered_right(md)
 
 
 @pytest.mark.slow
