@@ -430,6 +430,18 @@ PARTITIONS_OUT_OF_ORDER = Log(
     applied=list(range(9)), batch_sizes=[9], codecs=[0], region_starts=[], snapshot_cut=1, tail_sizes=[1] * 8,
     pending_offset=None)
 
+# Found by this test: the snapshot writer sliced each partition's directory codes to its replica
+# count, which failed when the directories column was narrower than a partition with more replicas
+# and no directories (all MIGRATING) written in the same group.
+WIDE_REPLICAS_NARROW_DIRECTORIES = Log(
+    _records(METADATA_VERSION, ("TopicRecord", 0, {"Name": "a", "TopicId": _TOPIC_A}),
+             ("PartitionRecord", 0, {**_plain_partition(0)[2], "Replicas": [1, 2, 3, 4], "Isr": [1]}),
+             ("PartitionRecord", 1, {**_plain_partition(1)[2], "Replicas": [1, 2, 3], "Isr": [1],
+                                     "Directories": DIRS[1:]}),
+             ("PartitionRecord", 0, {**_plain_partition(2)[2], "Replicas": [1, 2, 3, 4], "Isr": [1]})),
+    applied=list(range(5)), batch_sizes=[5], codecs=[0], region_starts=[], snapshot_cut=5, tail_sizes=[],
+    pending_offset=None)
+
 
 @SETTINGS
 @given(log=mixed_logs())
@@ -453,6 +465,7 @@ def test_whole_log_and_regions_replay_like_the_generic_path(decoder, log):
 @SETTINGS
 @given(log=mixed_logs())
 @example(log=ZK_MIGRATION_STATE_IN_A_SNAPSHOT)
+@example(log=WIDE_REPLICAS_NARROW_DIRECTORIES)
 @example(log=TRANSACTION_ACROSS_REGIONS)
 def test_snapshot_plus_tail_replays_like_the_generic_path(decoder, log):
     """The oracle's image at a cut between events, written as a snapshot and loaded, then the rest

@@ -219,6 +219,8 @@ def _encode_plain_partitions(topics: TopicsImage, version: int) -> list[bytes | 
     for name in sparse:
         plain &= (column(name) < 0).all(axis=1)
     replicas, codes = column("replicas"), column("directories")
+    if codes.shape[1] < replicas.shape[1]:  # codes[:, :r] below must be r wide (-1: MIGRATING)
+        codes = np.pad(codes, ((0, 0), (0, replicas.shape[1] - codes.shape[1])), constant_values=-1)
     rcount, dcount = (replicas >= 0).sum(axis=1), (codes >= 0).sum(axis=1)
     # below v1 a directory other than MIGRATING is a loss the generic codec reports
     plain &= (dcount == 0) if version < 1 else ((dcount == 0) | (dcount == rcount))
