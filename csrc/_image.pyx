@@ -1,4 +1,5 @@
-"""Native open-addressing hash index over numpy slot arrays (topic name -> row, topic id -> row).
+"""Native open-addressing hash index over numpy slot arrays (topic name -> row, topic id -> row),
+and the row gather / scatter of chunked column tables (engine/image/table.py).
 
 Pure twin: kraftlog.engine.image.index_pure. The index owns no memory of its own: the caller holds
 two arrays of the same power-of-two size S,
@@ -10,6 +11,8 @@ hash & (S - 1) until an EMPTY slot. Hash matches are candidates only: the caller
 """
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy, memset
 
 import numpy as np
 
@@ -295,3 +298,123 @@ def lookup_partition(tuple ispec, tuple name_chunks, str name, tuple topic_chunk
     codes = v[12]
     directories = tuple([directory_ids[c] for c in codes]) if codes else ()
     return ((t[0], t[1]), name, v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], directories, t[2])
+
+
+# ---- chunked tables: rows across chunks in one call ---------------------------------------------
+# A column of a ChunkedTable is one array per chunk (1-D, or 2-D -1 padded lists whose width may
+# differ from chunk to chunk; an untouched sparse column is a zero-stride broadcast). Row r lives in
+# chunk r >> shift at r & (2**shift - 1). These two loops replace a numpy fancy-index per chunk.
+
+cdef struct ColumnPart:
+    char *data       # NULL: this chunk is not given (a row in it is an error)
+    Py_ssize_t rows
+    Py_ssize_t width  # 0 for a 1-D array
+    int ndim
+    Py_ssize_t stride0
+    Py_ssize_t stride1
+
+
+cdef ColumnPart *column_parts(list arrays, object dtype, bint writable) except NULL:
+    cdef Py_ssize_t k, n = len(arrays)
+    cdef ColumnPart *parts = <ColumnPart *>malloc(max(n, 1) * sizeof(ColumnPart))
+    if parts == NULL:
+        raise MemoryError()
+    try:
+        for k in range(n):
+            a = arrays[k]
+            if a is None:
+                parts[k].data = NULL
+                continue
+            if a.dtype != dtype or a.ndim not in (1, 2):
+                raise ValueError(f"chunk {k}: a {a.ndim}-D {a.dtype} array where {dtype} was expected")
+            if writable and not a.flags.writeable:
+                raise ValueError(f"chunk {k}: the array is read-only")
+            parts[k].data = <char *><size_t>a.__array_interface__["data"][0]
+            parts[k].rows = a.shape[0]
+            parts[k].stride0 = a.strides[0]
+            parts[k].width = a.shape[1] if a.ndim == 2 else 0
+            parts[k].ndim = a.ndim
+            parts[k].stride1 = a.strides[1] if a.ndim == 2 else 0
+    except BaseException:
+        free(parts)
+        raise
+    return parts
+
+
+cdef int locate(ColumnPart *parts, Py_ssize_t nparts, int64_t row, int shift, ColumnPart **part,
+                Py_ssize_t *local) noexcept nogil:
+    cdef int64_t k = row >> shift
+    if row < 0 or k >= nparts or parts[k].data == NULL:
+        return -1
+    local[0] = row & ((<int64_t>1 << shift) - 1)
+    if local[0] >= parts[k].rows:
+        return -1
+    part[0] = &parts[k]
+    return 0
+
+
+def gather_rows(list arrays, const int64_t[::1] rows, out, int shift):
+    """out[i] = the row rows[i] of the column whose chunk arrays are ``arrays`` (same dtype as
+    ``out``, a C-contiguous 1-D or 2-D array; a list row narrower than ``out`` is -1 padded)."""
+    if not out.flags.c_contiguous or out.ndim not in (1, 2) or out.shape[0] != rows.shape[0]:
+        raise ValueError("out must be C-contiguous, 1-D or 2-D, one row per row asked")
+    cdef ColumnPart *parts = column_parts(arrays, out.dtype, False)
+    cdef char *o = <char *><size_t>out.__array_interface__["data"][0]
+    cdef Py_ssize_t item = out.dtype.itemsize, width = out.shape[1] if out.ndim == 2 else 0
+    cdef Py_ssize_t i, j, local, take, bad = -1, nparts = len(arrays), n = rows.shape[0]
+    cdef int ndim = out.ndim
+    cdef ColumnPart *part
+    cdef char *dst
+    with nogil:
+        for i in range(n):
+            if locate(parts, nparts, rows[i], shift, &part, &local) < 0 or part.ndim != ndim:
+                bad = i
+                break
+            if ndim == 1:
+                memcpy(o + i * item, part.data + local * part.stride0, item)
+                continue
+            dst = o + i * width * item
+            take = part.width if part.width < width else width
+            for j in range(take):
+                memcpy(dst + j * item, part.data + local * part.stride0 + j * part.stride1, item)
+            if take < width:
+                memset(dst + take * item, 0xFF, (width - take) * item)  # PAD (-1)
+    free(parts)
+    if bad >= 0:
+        raise IndexError(f"row {rows[bad]} is not in the given chunks (or its chunk's array is not {ndim}-D)")
+
+
+def scatter_rows(list arrays, const int64_t[::1] rows, values, int shift):
+    """The row rows[i] of the column whose (writable) chunk arrays are ``arrays`` becomes
+    values[i] (same dtype, C-contiguous; a 2-D value is -1 padded to its chunk's width, which must
+    hold it). In order: of repeated rows the last wins. Chunks no row lies in may be None."""
+    if not values.flags.c_contiguous or values.ndim not in (1, 2) or values.shape[0] != rows.shape[0]:
+        raise ValueError("values must be C-contiguous, 1-D or 2-D, one row per row written")
+    cdef ColumnPart *parts = column_parts(arrays, values.dtype, True)
+    cdef const char *v = <const char *><size_t>values.__array_interface__["data"][0]
+    cdef Py_ssize_t item = values.dtype.itemsize, width = values.shape[1] if values.ndim == 2 else 0
+    cdef Py_ssize_t i, j, local, bad = -1, narrow = -1, nparts = len(arrays), n = rows.shape[0]
+    cdef int ndim = values.ndim
+    cdef ColumnPart *part
+    cdef char *dst
+    with nogil:
+        for i in range(n):
+            if locate(parts, nparts, rows[i], shift, &part, &local) < 0:
+                bad = i
+                break
+            if part.ndim != ndim or (ndim == 2 and part.width < width):
+                narrow = i
+                break
+            if ndim == 1:
+                memcpy(part.data + local * part.stride0, v + i * item, item)
+                continue
+            dst = part.data + local * part.stride0
+            for j in range(width):
+                memcpy(dst + j * part.stride1, v + (i * width + j) * item, item)
+            for j in range(width, part.width):
+                memset(dst + j * part.stride1, 0xFF, item)  # PAD (-1)
+    free(parts)
+    if bad >= 0:
+        raise IndexError(f"row {rows[bad]} is not in the given chunks")
+    if narrow >= 0:
+        raise ValueError(f"row {rows[narrow]}: its chunk's array is not {ndim}-D or cannot hold a row of width {width}")

@@ -48,7 +48,7 @@ from kraftlog.errors import CorruptRecordError
 
 from batch_header cimport (
     KL_ATTRIBUTES_AT, KL_BASE_OFFSET_AT, KL_BATCH_BAD_MAGIC, KL_BATCH_NEGATIVE, KL_BATCH_OFFSET_OVERFLOW, KL_BATCH_OK,
-    KL_BATCH_SHORT_LENGTH, KL_BATCH_TRUNCATED_HEADER, KL_CRC_AT, KL_HEADER_SIZE, KL_LAST_OFFSET_DELTA_AT,
+    KL_BATCH_SHORT_LENGTH, KL_BATCH_TRUNCATED_HEADER, KL_CODEC_MASK, KL_CONTROL_BIT, KL_CRC_AT, KL_HEADER_SIZE, KL_LAST_OFFSET_DELTA_AT,
     KL_LEADER_EPOCH_AT, KL_LENGTH_AT, KL_LOG_OVERHEAD, KL_MAGIC_AT, KL_MAX_TIMESTAMP_AT, KL_RECORD_COUNT_AT,
     kl_check_batch_header, kl_load_be16, kl_load_be32, kl_load_be64,
 )
@@ -1221,6 +1221,28 @@ def walk_batches(buf, Py_ssize_t start=0, end=None, bint verify_crc=True, path=N
             raise CorruptRecordError(f"batch CRC mismatch: stored {kl_load_be32(p + pos + KL_CRC_AT):#010x}, "
                                      f"computed {computed:#010x}", position=pos, path=path)
     return table
+
+
+def sections_of(batches):
+    """(sections, first_coded) for walk_batches' table: the records section of every batch as
+    int64[b, 5] (start, end, baseOffset, recordCount, control flag; positions in the batches'
+    buffer), and the index of the first batch whose codec bits are not 0 (control batches
+    included), -1 when there is none: then ``sections`` can be decoded from that buffer as it is."""
+    cdef const int64_t[:, ::1] t = np.ascontiguousarray(batches, dtype=np.int64).reshape(-1, B_COLS)
+    cdef int64_t nb = t.shape[0], k, first_coded = -1, attributes
+    out = np.empty((nb, S_COLS), dtype=np.int64)
+    cdef int64_t[:, ::1] sec = out
+    with nogil:
+        for k in range(nb):
+            attributes = t[k, B_ATTRIBUTES]
+            sec[k, S_START] = t[k, B_POS] + KL_HEADER_SIZE
+            sec[k, S_END] = t[k, B_POS] + t[k, B_SIZE]
+            sec[k, S_BASE_OFFSET] = t[k, B_BASE_OFFSET]
+            sec[k, S_RECORD_COUNT] = t[k, B_RECORD_COUNT]
+            sec[k, S_CONTROL] = 1 if attributes & KL_CONTROL_BIT else 0
+            if first_coded < 0 and attributes & KL_CODEC_MASK:
+                first_coded = k
+    return out, first_coded
 
 
 def decode_sections(data, sections, path=None):

@@ -34,6 +34,8 @@ enum {
     KL_LOG_OVERHEAD = 12,                                /* baseOffset + batchLength */
     KL_MIN_BATCH_LENGTH = KL_HEADER_SIZE - KL_LOG_OVERHEAD, /* a header and no records */
     KL_MAGIC = 2,
+    KL_CODEC_MASK = 0x07,  /* attributes bits 0-2: the compression codec (0 none) */
+    KL_CONTROL_BIT = 0x20, /* attributes bit 5: a control batch */
 };
 
 /* What kl_check_batch_header finds wrong: the numbers of batch_types' P_* problem codes. */

@@ -24,6 +24,8 @@ cdef extern from "batch_header.h":
         KL_LOG_OVERHEAD
         KL_MIN_BATCH_LENGTH
         KL_MAGIC
+        KL_CODEC_MASK
+        KL_CONTROL_BIT
     enum:
         KL_BATCH_OK
         KL_BATCH_TRUNCATED_HEADER

@@ -382,3 +382,83 @@ def test_growing_a_topic_that_straddles_chunks_of_different_list_widths_keeps_ev
     assert after.partition("straddler", 3).replicas == (1, 2, 3, 4, 5, 6)
     assert after.partition("straddler", 4).replicas == (8,) and after.topic("straddler").partition_count == 5
     assert after.partition("last", 0).leader == 7 and after.partition_count == CHUNK_ROWS - 2 + 5 + 1
+
+
+SHIFT = 3  # chunks of 8 rows keep the generated tables small
+
+
+@st.composite
+def chunked_columns(draw):
+    """(chunk arrays of one column, rows into them, values for those rows): 1-D of a drawn dtype or
+    2-D int32 lists whose width differs from chunk to chunk, some chunks zero-stride broadcasts
+    (for gathers), a row list with repeats in any order."""
+    lists = draw(st.booleans())
+    dtype = np.dtype(np.int32) if lists else np.dtype(draw(st.sampled_from([np.int8, np.int32, np.int64])))
+    info = np.iinfo(dtype)
+    arrays = []
+    for _ in range(draw(st.integers(1, 4))):
+        rows = draw(st.integers(1, 1 << SHIFT))
+        shape = (rows, draw(st.integers(1, 4))) if lists else (rows,)
+        values = draw(st.lists(st.integers(info.min, info.max), min_size=int(np.prod(shape)),
+                               max_size=int(np.prod(shape))))
+        arrays.append(np.array(values, dtype=dtype).reshape(shape))
+    valid = [(k << SHIFT) + local for k, a in enumerate(arrays) for local in range(a.shape[0])]
+    rows = np.array(draw(st.lists(st.sampled_from(valid), max_size=20)), dtype=np.int64)
+    width = min(a.shape[1] for a in arrays) if lists else 0
+    values = np.array(draw(st.lists(st.integers(0, 100), min_size=len(rows) * max(width, 1),
+                                    max_size=len(rows) * max(width, 1))), dtype=dtype)
+    return arrays, rows, values.reshape((len(rows), width) if lists else (len(rows),))
+
+
+@settings(max_examples=120, deadline=None)
+@given(chunked_columns(), st.booleans())
+def test_chunk_gather_and_scatter_match_their_twins(column, broadcast_first):
+    """gather_rows / scatter_rows (every chunk in one call) give what the twin's per-chunk numpy
+    gives, which is what indexing each chunk by hand gives: narrower list rows -1 padded, of
+    repeated rows the last write wins."""
+    arrays, rows, values = column
+    if broadcast_first:  # an untouched sparse column: a read-only zero-stride view
+        arrays[0] = np.broadcast_to(arrays[0][:1], arrays[0].shape)
+    lists = values.ndim == 2
+    width = max(a.shape[1] for a in arrays) if lists else 0
+    got = {}
+    for impl in (hindex, index_pure):
+        out = np.empty((len(rows), width) if lists else len(rows), dtype=values.dtype)
+        impl.gather_rows(arrays, rows, out, SHIFT)
+        got[impl] = out
+    expected = [np.concatenate([a[r & 7], np.full(width - a.shape[1], -1, a.dtype)]) if lists else a[r & 7]
+                for r in rows.tolist() for a in [arrays[r >> SHIFT]]]
+    assert np.array_equal(got[hindex], got[index_pure])
+    assert np.array_equal(got[hindex], np.array(expected, dtype=values.dtype).reshape(got[hindex].shape))
+
+    written = {}
+    for impl in (hindex, index_pure):
+        copies = [np.array(a) for a in arrays]  # writable
+        impl.scatter_rows(copies, rows, values, SHIFT)
+        written[impl] = copies
+    by_hand = [np.array(a) for a in arrays]
+    for i, r in enumerate(rows.tolist()):
+        row = by_hand[r >> SHIFT][r & 7]
+        if lists:
+            row[:] = -1
+            row[: values.shape[1]] = values[i]
+        else:
+            by_hand[r >> SHIFT][r & 7] = values[i]
+    for a, b, c in zip(written[hindex], written[index_pure], by_hand, strict=True):
+        assert np.array_equal(a, b) and np.array_equal(a, c)
+
+
+@pytest.mark.parametrize("impl", [hindex, index_pure], ids=["public", "twin"])
+def test_chunk_gather_and_scatter_refuse_rows_outside_and_read_only_chunks(impl):
+    arrays = [np.zeros(8, np.int32), None]
+    out = np.empty(1, np.int32)
+    with pytest.raises(IndexError, match="row 8"):
+        impl.gather_rows(arrays, np.array([8], np.int64), out, SHIFT)
+    with pytest.raises(IndexError, match="row 16"):
+        impl.gather_rows(arrays, np.array([16], np.int64), out, SHIFT)
+    with pytest.raises(ValueError, match="read-only"):
+        impl.scatter_rows([np.broadcast_to(np.int32(0), (8,))], np.array([1], np.int64), np.zeros(1, np.int32), SHIFT)
+    with pytest.raises(ValueError, match="int64"):
+        impl.gather_rows([np.zeros(8, np.int64)], np.array([1], np.int64), out, SHIFT)
+    with pytest.raises(ValueError, match="width 3"):
+        impl.scatter_rows([np.zeros((8, 2), np.int32)], np.array([1], np.int64), np.zeros((1, 3), np.int32), SHIFT)

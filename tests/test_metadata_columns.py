@@ -426,6 +426,23 @@ def test_the_expected_implementation_is_loaded():
 
 @FAST
 @given(regions())
+def test_sections_of_the_batch_table_agree_with_the_twin(region_values_headers):
+    """sections_of (native and twin): each batch's records section, its offsets and control flag
+    from the headers, and the first batch with codec bits set (none: the region decodes in place)."""
+    region, _, headers = region_values_headers
+    table = NATIVE.walk_batches(region, 0, None, True, None)
+    native, first = NATIVE.sections_of(table)
+    twin, twin_first = pure.sections_of(table)
+    assert native.dtype == twin.dtype == np.int64 and (native == twin).all() and first == twin_first
+    coded = [k for k, h in enumerate(headers) if h.attributes & layout.CODEC_MASK]
+    assert first == (coded[0] if coded else -1)
+    for k, h in enumerate(headers):
+        assert native[k].tolist() == [int(table[k, 0]) + layout.HEADER_SIZE, int(table[k, 0]) + int(table[k, 1]),
+                                      h.base_offset, h.record_count, int(h.is_control)]
+
+
+@FAST
+@given(regions())
 def test_native_twin_and_generic_codec_agree(region_values_headers):
     """Both implementations give identical columns, and every column matches the generic codec."""
     region, values, headers = region_values_headers

@@ -23,6 +23,8 @@ candidates_raw = _impl.candidates
 index_spec = _impl.index_spec
 lookup_partition = _impl.lookup_partition
 read_row = _impl.read_row
+gather_rows = _impl.gather_rows
+scatter_rows = _impl.scatter_rows
 
 EMPTY = -1
 MIN_SLOTS = 1024

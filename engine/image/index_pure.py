@@ -1,5 +1,6 @@
-"""Pure-Python twin of kraftlog._image (the open-addressing hash index). Same layout and results;
-see csrc/_image.pyx for the slot arrays and the probing rule."""
+"""Pure-Python twin of kraftlog._image (the open-addressing hash index, and the row gather /
+scatter of chunked tables). Same layout and results; see csrc/_image.pyx for the slot arrays, the
+probing rule and the chunk layout."""
 
 from __future__ import annotations
 
@@ -143,3 +144,68 @@ def lookup_partition(ispec, name_chunks, name, topic_chunks, partition_chunks, p
         return None
     directories = tuple(directory_ids[c] for c in v[12]) if v[12] else ()
     return ((t[0], t[1]), name, v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], directories, t[2])
+
+
+# ---- chunked tables ---------------------------------------------------------------------------------
+PAD = -1
+
+
+def _by_chunk(arrays: list, rows: np.ndarray, shift: int):
+    """(array, positions in rows, local rows) per chunk the rows lie in; IndexError as the native."""
+    rows = np.asarray(rows, dtype=np.int64)
+    chunk_ids = rows >> shift
+    local = rows & ((1 << shift) - 1)
+    bad = (rows < 0) | (chunk_ids >= len(arrays))
+    for k in np.unique(chunk_ids[~bad]).tolist():
+        if arrays[k] is None:
+            bad |= chunk_ids == k
+        else:
+            bad |= (chunk_ids == k) & (local >= arrays[k].shape[0])
+    first_bad = int(np.argmax(bad)) if bad.any() else len(rows)
+    for k in np.unique(chunk_ids[:first_bad]).tolist():
+        positions = np.flatnonzero(chunk_ids[:first_bad] == k)
+        yield arrays[k], positions, local[positions]
+    if first_bad < len(rows):
+        raise IndexError(f"row {rows[first_bad]} is not in the given chunks")
+
+
+def _check_dtype(arrays: list, dtype) -> None:
+    for k, a in enumerate(arrays):
+        if a is not None and (a.dtype != dtype or a.ndim not in (1, 2)):
+            raise ValueError(f"chunk {k}: a {a.ndim}-D {a.dtype} array where {dtype} was expected")
+
+
+def gather_rows(arrays: list, rows: np.ndarray, out: np.ndarray, shift: int) -> None:
+    if not out.flags.c_contiguous or out.ndim not in (1, 2) or out.shape[0] != len(rows):
+        raise ValueError("out must be C-contiguous, 1-D or 2-D, one row per row asked")
+    _check_dtype(arrays, out.dtype)
+    for array, positions, local in _by_chunk(arrays, rows, shift):
+        if array.ndim != out.ndim:
+            raise IndexError(f"row {int(np.asarray(rows)[positions[0]])} is not in the given chunks (or its chunk's "
+                             f"array is not {out.ndim}-D)")
+        if out.ndim == 1:
+            out[positions] = array[local]
+            continue
+        take = min(array.shape[1], out.shape[1])
+        out[positions, :take] = array[local, :take]
+        out[positions, take:] = PAD
+
+
+def scatter_rows(arrays: list, rows: np.ndarray, values: np.ndarray, shift: int) -> None:
+    if not values.flags.c_contiguous or values.ndim not in (1, 2) or values.shape[0] != len(rows):
+        raise ValueError("values must be C-contiguous, 1-D or 2-D, one row per row written")
+    _check_dtype(arrays, values.dtype)
+    for k, a in enumerate(arrays):
+        if a is not None and not a.flags.writeable:
+            raise ValueError(f"chunk {k}: the array is read-only")
+    for array, positions, local in _by_chunk(arrays, rows, shift):
+        if values.ndim != array.ndim or (values.ndim == 2 and array.shape[1] < values.shape[1]):
+            width = values.shape[1] if values.ndim == 2 else 0
+            raise ValueError(f"row {int(np.asarray(rows)[positions[0]])}: its chunk's array is not {values.ndim}-D "
+                             f"or cannot hold a row of width {width}")
+        if values.ndim == 1:
+            array[local] = values[positions]  # numpy: of repeated indexes the last assignment wins
+            continue
+        block = np.full((len(positions), array.shape[1]), PAD, dtype=array.dtype)
+        block[:, : values.shape[1]] = values[positions]
+        array[local] = block

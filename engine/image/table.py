@@ -19,10 +19,12 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from kraftlog.engine.image import index as native  # gather_rows / scatter_rows (kraftlog._image or its twin)
 
 CHUNK_SHIFT = 12
 CHUNK_ROWS = 1 << CHUNK_SHIFT
@@ -139,20 +141,15 @@ class ChunkedTable:
 
     def gather(self, rows: np.ndarray, name: str) -> np.ndarray:
         """Values of column ``name`` at ``rows`` (any order)."""
-        rows = np.asarray(rows, dtype=np.int64)
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
         spec = self.columns[name]
+        arrays = [c.arrays[name] for c in self.chunks]
         if spec.width is None:
             out = np.empty(len(rows), dtype=spec.dtype)
         else:
-            width = max((c.arrays[name].shape[1] for c in self.chunks), default=1)
-            out = np.full((len(rows), width), PAD, dtype=spec.dtype)
-        for chunk_index, positions in _group_by_chunk(rows):
-            chunk = self.chunks[chunk_index]
-            values = chunk.arrays[name][rows[positions] & CHUNK_MASK]
-            if values.ndim == 2:
-                out[positions, : values.shape[1]] = values
-            else:
-                out[positions] = values
+            out = np.empty((len(rows), max((a.shape[1] for a in arrays), default=1)), dtype=spec.dtype)
+        if len(rows):
+            native.gather_rows(arrays, rows, out, CHUNK_SHIFT)  # one call, every chunk
         return out
 
     def writer(self) -> TableWriter:
@@ -181,22 +178,6 @@ def _pad_to(array: np.ndarray, width: int) -> np.ndarray:
     out = np.full((array.shape[0], width), PAD, dtype=array.dtype)
     out[:, : array.shape[1]] = array
     return out
-
-
-def _group_by_chunk(rows: np.ndarray) -> Iterable[tuple[int, np.ndarray]]:
-    """(chunk index, positions in ``rows``) for every chunk ``rows`` touch."""
-    if len(rows) == 0:
-        return
-    chunk_ids = rows >> CHUNK_SHIFT
-    if len(rows) == 1 or (chunk_ids[0] == chunk_ids).all():
-        yield int(chunk_ids[0]), np.arange(len(rows))
-        return
-    order = np.argsort(chunk_ids, kind="stable")
-    sorted_ids = chunk_ids[order]
-    starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
-    ends = np.r_[starts[1:], len(order)]
-    for start, end in zip(starts, ends, strict=True):
-        yield int(sorted_ids[start]), order[start:end]
 
 
 class TableWriter:
@@ -261,17 +242,16 @@ class TableWriter:
 
     def set_many(self, rows: np.ndarray, name: str, values: np.ndarray) -> None:
         """Vectorised set; for duplicate rows the last occurrence in ``rows`` wins."""
-        rows = np.asarray(rows, dtype=np.int64)
-        values = np.asarray(values)
-        for chunk_index, positions in _group_by_chunk(rows):
-            local = rows[positions] & CHUNK_MASK
-            if values.ndim == 2:
-                array = self._column(chunk_index, name, values.shape[1])
-                block = np.full((len(positions), array.shape[1]), PAD, dtype=array.dtype)
-                block[:, : values.shape[1]] = values[positions]
-                array[local] = block
-            else:
-                self._column(chunk_index, name)[local] = values[positions]
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        if not len(rows):
+            return
+        values = np.ascontiguousarray(values, dtype=self.columns[name].dtype)
+        width = values.shape[1] if values.ndim == 2 else 0
+        # the chunks written, owned (copied on first write) first; then one call writes every row
+        arrays: list = [None] * len(self._chunks)
+        for chunk_index in np.flatnonzero(np.bincount(rows >> CHUNK_SHIFT)).tolist():
+            arrays[chunk_index] = self._column(chunk_index, name, width)
+        native.scatter_rows(arrays, rows, values, CHUNK_SHIFT)
 
     def append(self, arrays: Mapping[str, np.ndarray]) -> int:
         """Append rows given whole columns (missing columns get their fill); returns the first row id."""

@@ -42,6 +42,7 @@ implementation_module = _impl  # for decode_region_with
 
 IMPLEMENTATION: str = _impl.IMPLEMENTATION
 walk_batches = _impl.walk_batches
+sections_of = _impl.sections_of
 decode_sections = _impl.decode_sections
 
 # A replica/ISR list longer than this is not put in the list columns: its row has extras = True,
@@ -164,10 +165,15 @@ def inflate(codec: int, section, *, position: int, path: str | None) -> bytes:
         raise CorruptRecordError(exc.reason, position=position, path=path) from None
 
 
-def _sections(view: memoryview, batches: np.ndarray, path: str | None):
+def _sections(impl, view: memoryview, batches: np.ndarray, path: str | None):
     """(data, sections, origins): the records sections to decode, positions in ``data``.
 
-    origins[s] is the input position of section s's batch, or -1 - position for a compressed batch."""
+    origins[s] is the input position of section s's batch, or -1 - position for a compressed
+    batch. Without any codec bits set (the common case: one native pass), data is None and the
+    sections lie in ``view`` itself."""
+    sections, first_coded = impl.sections_of(batches)
+    if first_coded < 0:
+        return None, sections, batches[:, B_POS]
     codecs = batches[:, B_ATTRIBUTES] & CODEC_MASK
     control = (batches[:, B_ATTRIBUTES] & CONTROL_BIT) != 0
     for k in np.flatnonzero(~np.isin(codecs, (CODEC_NONE, *COMPRESSION_CODECS))):
@@ -234,7 +240,7 @@ def decode_region_with(impl, buf, start: int = 0, end: int | None = None, *, ver
     what the tests and benchmarks use to run both on the same bytes."""
     view = _byte_view(buf)
     batches = impl.walk_batches(view, start, end, verify_crc, path)
-    gathered, sections, origins = _sections(view, batches, path)
+    gathered, sections, origins = _sections(impl, view, batches, path)
     if gathered is None:
         return MetadataColumns(impl.decode_sections(view, sections, path), buf, batches)
     try:
@@ -246,5 +252,5 @@ def decode_region_with(impl, buf, start: int = 0, end: int | None = None, *, ver
 
 __all__ = [
     "IMPLEMENTATION", "LIST_MAX_WIDTH", "MAX_INFLATED_BYTES", "ColumnTable", "MetadataColumns",
-    "decode_metadata_region", "decode_region_with", "decode_sections", "inflate", "walk_batches",
+    "decode_metadata_region", "decode_region_with", "decode_sections", "inflate", "sections_of", "walk_batches",
 ]

@@ -13,6 +13,8 @@ import numpy as np
 
 from kraftlog.engine.records.layout import (
     ATTRIBUTES_OFFSET,
+    CODEC_MASK,
+    CONTROL_BIT,
     CRC_OFFSET,
     HEADER,
     HEADER_BAD_MAGIC,
@@ -610,6 +612,16 @@ def _pass1(view, sec, path):
             _raise(_Fail(start, "", "the batch's recordCount is {a} but its records section holds {b}",
                          a=expect, b=found), -1, -1, -1, s, path)
     return offsets, api_keys, versions, value_pos, value_len, kinds
+
+
+def sections_of(batches):
+    """(sections, first_coded): the records sections of walk_batches' table and the first batch
+    whose codec bits are not 0, or -1 (same contract as the native function)."""
+    t = np.asarray(batches, dtype=np.int64).reshape(-1, 8)
+    pos, size, base, attributes, count = t[:, 0], t[:, 1], t[:, 2], t[:, 6], t[:, 7]
+    sections = np.stack([pos + HEADER_SIZE, pos + size, base, count, (attributes & CONTROL_BIT) != 0], axis=1)
+    coded = np.flatnonzero(attributes & CODEC_MASK)
+    return sections.astype(np.int64), int(coded[0]) if len(coded) else -1
 
 
 def decode_sections(data, sections, path=None):
