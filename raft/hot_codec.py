@@ -59,8 +59,10 @@ from kraftlog.raft.types import NO_EPOCH, NO_ID, OffsetAndEpoch
 from kraftlog.raft.wire import (
     API_FETCH,
     API_PRODUCE,
+    APIS,
     METADATA_TOPIC,
     METADATA_TOPIC_ID,
+    PRODUCE_API,
     SIZE,
     WireFormatError,
     check_epochs,
@@ -70,10 +72,10 @@ from kraftlog.raft.wire import (
     split_batches,
 )
 
-FETCH_VERSION = 17
+FETCH_VERSION = APIS[FetchRequest].version  # the one version raft speaks (wire.py's table)
 _KEY = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 FETCH_V17_KEY = _KEY.pack(API_FETCH, FETCH_VERSION, 0)[:4]  # a request frame's first four bytes
-PRODUCE_VERSION = 10
+PRODUCE_VERSION = PRODUCE_API.version
 PRODUCE_V10_KEY = _KEY.pack(API_PRODUCE, PRODUCE_VERSION, 0)[:4]
 _I16 = struct.Struct(">h")
 _REQUEST_FIXED = struct.Struct(">iiibii")  # MaxWaitMs, MinBytes, MaxBytes, IsolationLevel, SessionId, SessionEpoch
