@@ -41,7 +41,7 @@ import pytest
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from kraftlog.engine.cli import main as cli
-from tests.test_confluent_kafka import BROKER, Nodes
+from tests.test_confluent_kafka import BROKER, Nodes, _until
 from tests.test_node_controller import CLUSTER_ID
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -50,7 +50,6 @@ pytestmark = pytest.mark.slow
 
 FAST_S = 20  # "at once" on a loaded 2-core machine; every client timeout below is far longer
 CLIENT_TIMEOUT_MS = 120_000
-DEADLINE_S = 120  # the bound of a polled condition that is not about speed (a node starting)
 TOPIC = "orders"
 
 
@@ -118,19 +117,6 @@ class _Split:
 
     def close(self) -> None:
         self.nodes.close()
-
-
-def _until(predicate, what: str, deadline_s: float = DEADLINE_S):
-    end, last = time.monotonic() + deadline_s, None
-    while time.monotonic() < end:
-        try:
-            last = predicate()
-            if last:
-                return last
-        except Exception as exc:  # noqa: BLE001 - a node still starting: try again
-            last = exc
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not reached within {deadline_s} s (last: {last!r})")
 
 
 def _create_topic(bootstrap: str) -> None:

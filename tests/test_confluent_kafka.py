@@ -50,10 +50,10 @@ class Nodes(LocalCluster):
                              "--dir", self.dir_of(i)]) == 0
 
 
-def _until(predicate, what: str):
+def _until(predicate, what: str, deadline_s: float = DEADLINE_S):
     """Poll ``predicate`` until it returns something true (errors count as not yet), or fail at
     the deadline naming ``what`` and the last value or error."""
-    end, last = time.monotonic() + DEADLINE_S, None
+    end, last = time.monotonic() + deadline_s, None
     while time.monotonic() < end:
         try:
             last = predicate()
@@ -62,7 +62,7 @@ def _until(predicate, what: str):
         except Exception as exc:  # noqa: BLE001 - a node still starting: try again
             last = exc
         time.sleep(0.2)
-    raise AssertionError(f"{what} not reached within {DEADLINE_S} s (last: {last!r})")
+    raise AssertionError(f"{what} not reached within {deadline_s} s (last: {last!r})")
 
 
 def _bootstrap(nodes: Nodes, i: int) -> str:
