@@ -369,6 +369,8 @@ class BatchRun(Sequence):
 
     @property
     def record_count(self) -> int:
+        if len(self._counts) <= SMALL_RUN_BATCHES:  # a numpy reduction costs more than a short list's sum
+            return sum(self._counts.tolist())
         return int(self._counts.sum())
 
     @property

@@ -359,3 +359,4 @@ def test_take_agrees_on_short_and_long_runs(counts, data):
     most_batches, most_records = data.draw(st.integers(0, 90)), data.draw(st.integers(0, 300))
     assert wire._take_loop(bases.tolist(), counts, end, most_batches, most_records) == \
         run._take_vectorised(end, most_batches, most_records)
+    assert run.record_count == sum(counts)  # a list's sum up to SMALL_RUN_BATCHES, numpy's above

@@ -47,11 +47,17 @@ from kraftlog.engine.layout import SNAPSHOT_FILE_NAME
 from kraftlog.engine.log.errors import OffsetOutOfRangeError
 from kraftlog.engine.log.log import Log, LogConfig
 from kraftlog.engine.records import batch as batch_codec
-from kraftlog.engine.records.layout import SMALL_RUN_BATCHES
+from kraftlog.engine.records.layout import BASE_OFFSET_OFFSET, LEADER_EPOCH_OFFSET, SMALL_RUN_BATCHES
 from kraftlog.errors import CorruptRecordError, UndecodableRecordError
 from kraftlog.raft.protocols import LogAppendInfo
 from kraftlog.raft.types import LogBatch, OffsetAndEpoch
-from kraftlog.raft.wire import encode_batches, leader_change_value, split_batches
+from kraftlog.raft.wire import BatchRun, encode_batches, leader_change_value, split_batches
+
+# The largest run kept as the tail memo: what one commit or one small pipelined Fetch appends. A
+# follower's memo is a view of the Fetch answer it came in, so a bound keeps a catch-up's 8 MiB
+# answers from being held after their append.
+TAIL_MEMO_MAX_BYTES = 64 * 1024
+TAIL_MEMO_MAX_RUNS = 8
 
 RAFT_LOG_CONFIG = LogConfig(flush_interval_messages=None, flush_interval_ms=None)
 
@@ -63,6 +69,7 @@ class EngineRaftLog:
         self.log = Log(directory, config or RAFT_LOG_CONFIG)
         self.snapshots = snapshots
         self._start_epoch = self._epoch_of_start()
+        self._tail = TailMemo()
 
     def _epoch_of_start(self) -> int:
         start = self.log.start_offset
@@ -91,6 +98,10 @@ class EngineRaftLog:
         else:
             built = batch_codec.build_batch_from_values(records)
         info = self.log.append_as_leader(built, epoch)
+        if len(built) <= TAIL_MEMO_MAX_BYTES:
+            self._tail.appended(_stamped_run(built, info.first_offset, epoch))
+        else:
+            self._tail.clear()
         return LogAppendInfo(info.first_offset, info.last_offset)
 
     def append_as_follower(self, batches: Sequence[LogBatch], epoch: int) -> LogAppendInfo:
@@ -124,11 +135,22 @@ class EngineRaftLog:
             first = info.first_offset if first is None else first
         if first is None:
             raise ValueError("an append needs at least one batch")
+        # the fetched bytes are an immutable frame (the transport copies each one out of its buffer)
+        if isinstance(batches, BatchRun):
+            self._tail.appended(batches)
+        else:
+            self._tail.clear()
         return LogAppendInfo(first, info.last_offset)
 
     # ---- reads --------------------------------------------------------------------------------
 
     def read(self, start_offset: int, max_bytes: int) -> Sequence[LogBatch]:
+        end = self.log.end_offset
+        if start_offset == end:  # a caught-up fetcher's offset: nothing to read, no log call
+            return ()
+        tail = self._tail.read(start_offset, max_bytes, end)
+        if tail is not None:
+            return tail
         try:
             info = self.log.read(start_offset, max_bytes)
         except OffsetOutOfRangeError as exc:
@@ -136,9 +158,12 @@ class EngineRaftLog:
         if not len(info.records):
             return ()
         try:
-            return split_batches(info.records, what=f"log {self.log.directory}")
+            run = split_batches(info.records, what=f"log {self.log.directory}")
         except UndecodableRecordError as exc:  # the log validated these on append: a bug or a broken disk
             raise AssertionError(f"the engine log returned broken batches: {exc}") from exc
+        if run.next_offset == self.log.end_offset:
+            self._tail.restart(run)
+        return run
 
     def start_offset(self) -> int:
         return self.log.start_offset
@@ -176,9 +201,11 @@ class EngineRaftLog:
     def truncate_to(self, offset: int) -> None:
         if offset < self.log.start_offset:
             raise ValueError(f"truncate to {offset} below the log start {self.log.start_offset}")
+        self._tail.clear()
         self.log.truncate_to(offset)
 
     def truncate_fully_and_start_at(self, offset: int, epoch: int) -> None:
+        self._tail.clear()
         self.log.truncate_fully_and_start_at(offset)
         self._start_epoch = epoch
 
@@ -190,6 +217,7 @@ class EngineRaftLog:
             first = self.read(offset, 1)
             if first and first[0].base_offset != offset:
                 raise ValueError(f"log start {offset} would fall inside the batch at {first[0].base_offset}")
+        self._tail.clear()
         moved = log.advance_start_offset(offset)
         if moved:
             self._start_epoch = epoch
@@ -210,6 +238,74 @@ class EngineRaftLog:
         return self.log.last_flushed_offset
 
 
+
+
+class TailMemo:
+    """The runs last appended (or read) at the log's end, contiguous, at most
+    TAIL_MEMO_MAX_BYTES and TAIL_MEMO_MAX_RUNS of them: what raft reads again right away. A
+    leader reads its newest batch for each follower's Fetch and again for its own delivery; a
+    follower reads the batches it appended one or two Fetch answers ago for its delivery (the HW
+    that commits a batch comes with the next one). Serving those from here skips the log read,
+    whose segment map must be redone after every append.
+
+    The runs describe the log's bytes while the log's end is where the last run ends: every
+    append goes through ``appended`` (or ``clear``), every truncation and start move clears it.
+    """
+
+    __slots__ = ("_runs", "_size_bytes")
+
+    def __init__(self) -> None:
+        self._runs: list[BatchRun] = []
+        self._size_bytes = 0
+
+    def clear(self) -> None:
+        self._runs.clear()
+        self._size_bytes = 0
+
+    def restart(self, run: BatchRun) -> None:
+        self.clear()
+        self.appended(run)
+
+    def appended(self, run: BatchRun) -> None:
+        """``run`` now ends the log (a follower's is a view of its Fetch answer: an immutable frame)."""
+        runs, nbytes = self._runs, len(run.raw)
+        if nbytes > TAIL_MEMO_MAX_BYTES or not nbytes:
+            self.clear()
+            return
+        if runs and runs[-1].next_offset != run.base_offset:
+            self.clear()
+        runs.append(run)
+        self._size_bytes += nbytes
+        while self._size_bytes > TAIL_MEMO_MAX_BYTES or len(runs) > TAIL_MEMO_MAX_RUNS:
+            self._size_bytes -= len(runs.pop(0).raw)
+
+    def read(self, start_offset: int, max_bytes: int, log_end_offset: int) -> BatchRun | None:
+        """The batches from ``start_offset`` to the log's end, when a run starts there and they
+        fit ``max_bytes`` (else None: the log answers, cut to ``max_bytes`` as it cuts)."""
+        runs = self._runs
+        if not runs or runs[-1].next_offset != log_end_offset:
+            return None
+        for k in range(len(runs) - 1, -1, -1):  # newest first: most reads are of the newest run
+            if runs[k].base_offset == start_offset:
+                break
+        else:
+            return None
+        if k == len(runs) - 1:
+            run = runs[k]
+            return run if len(run.raw) <= max_bytes else None
+        raws = [r.raw for r in runs[k:]]
+        if sum(len(r) for r in raws) > max_bytes:
+            return None
+        return split_batches(b"".join(raws))
+
+
+def _stamped_run(built: bytes, base_offset: int, epoch: int) -> BatchRun:
+    """The one batch ``built`` as the log holds it: Log.append_as_leader writes it with its base
+    offset and partitionLeaderEpoch stamped (neither is under the CRC) and leaves ``built`` as it was."""
+    raw = bytearray(built)
+    raw[BASE_OFFSET_OFFSET:BASE_OFFSET_OFFSET + 8] = base_offset.to_bytes(8, "big", signed=True)
+    raw[LEADER_EPOCH_OFFSET:LEADER_EPOCH_OFFSET + 4] = epoch.to_bytes(4, "big", signed=True)
+    return split_batches(bytes(raw))
 
 
 class FileSnapshotStore:

@@ -1,0 +1,128 @@
+"""EngineRaftLog's tail memo: a read it answers is byte for byte what the engine log answers.
+
+The memo (engine/node/raftlog.py ``_tail``) serves the reads of the batches at the log's end
+without touching the log. Hypothesis runs random sequences of the operations raft performs
+(leader and follower appends, reads at any offset, truncations, start moves) and compares each
+read with a read of the same log that bypasses the memo.
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kraftlog.engine.node.raftlog import TAIL_MEMO_MAX_BYTES, EngineRaftLog, FileSnapshotStore
+from kraftlog.raft.wire import split_batches
+
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("lead"), st.integers(1, 4), st.integers(0, 300)),  # records, value size
+    st.tuples(st.just("follow"), st.integers(1, 3), st.integers(0, 300)),  # batches copied from a twin log
+    st.tuples(st.just("read"), st.integers(0, 40), st.sampled_from([1, 200, 4096, 1 << 20])),
+    st.tuples(st.just("truncate"), st.integers(0, 40), st.just(0)),
+    st.tuples(st.just("start"), st.integers(0, 40), st.just(0)),
+), max_size=40)
+
+
+def _uncached(log: EngineRaftLog, offset: int, max_bytes: int) -> bytes:
+    info = log.log.read(offset, max_bytes)
+    return bytes(info.records)
+
+
+def _raw(batches) -> bytes:
+    return b"".join(bytes(b.raw) for b in batches)
+
+
+def _source_batches(count: int, size: int, base_offset: int, epoch: int, scratch: str):
+    """``count`` one-record batches at ``base_offset``, as a leader's log would send them."""
+    source = EngineRaftLog(scratch, FileSnapshotStore(scratch + "-snap"))
+    try:
+        source.truncate_fully_and_start_at(base_offset, epoch)
+        for k in range(count):
+            source.append_as_leader([bytes([k % 251]) * size], epoch)
+        return split_batches(_raw(source.read(base_offset, 1 << 20)))
+    finally:
+        source.close()
+
+
+def _apply(log: EngineRaftLog, op, epoch: int, tmp: str, step: int) -> None:
+    kind, a, b = op
+    if kind == "lead":
+        log.append_as_leader([bytes([a]) * b] * a, epoch)
+    elif kind == "follow":
+        log.append_as_follower(_source_batches(a, b, log.end_offset(), epoch, f"{tmp}/src{step}"), epoch)
+    elif kind == "read":
+        offset = a % (log.end_offset() + 1)
+        if offset < log.start_offset():
+            with pytest.raises(ValueError):
+                log.read(offset, b)
+        else:
+            assert _raw(log.read(offset, b)) == _uncached(log, offset, b), (offset, b)
+    elif kind == "truncate":
+        bases = [x.base_offset for x in log.read(log.start_offset(), 1 << 30)]
+        if bases:
+            log.truncate_to(bases[a % len(bases)])
+    elif kind == "start":
+        ends = [x.base_offset for x in log.read(log.start_offset(), 1 << 30)][1:] + [log.end_offset()]
+        log.delete_before(ends[a % len(ends)], epoch)
+
+
+@settings(max_examples=60, deadline=None)
+@given(OPS)
+def test_reads_through_the_memo_equal_the_logs(ops):
+    with tempfile.TemporaryDirectory() as tmp:
+        log = EngineRaftLog(f"{tmp}/log", FileSnapshotStore(f"{tmp}/snap"))
+        try:
+            for step, op in enumerate(ops):
+                _apply(log, op, 1, tmp, step)
+                end = log.end_offset()
+                if end > log.start_offset():  # the read raft makes most: the newest batch
+                    last = list(log.read(log.start_offset(), 1 << 30))[-1].base_offset
+                    assert _raw(log.read(last, 1 << 20)) == _uncached(log, last, 1 << 20)
+        finally:
+            log.close()
+
+
+def test_the_memo_answers_the_newest_batch_without_a_log_read(tmp_path, monkeypatch):
+    """The point of the memo: the leader's reads of its newest batch, and a follower's of what it
+    just appended, do not read the log (a failing Log.read would show it)."""
+    leader = EngineRaftLog(tmp_path / "leader", FileSnapshotStore(tmp_path / "ls"))
+    follower = EngineRaftLog(tmp_path / "follower", FileSnapshotStore(tmp_path / "fs"))
+    try:
+        leader.append_as_leader([b"a"], 1)
+        info = leader.append_as_leader([b"b", b"c"], 1)
+        with monkeypatch.context() as patched:
+            patched.setattr(leader.log, "read", _no_read)
+            assert [b.records for b in leader.read(info.first_offset, 4096)] == [(b"b", b"c")]
+        follower.append_as_follower(split_batches(_raw(leader.read(0, 1 << 20))), 1)
+        monkeypatch.setattr(follower.log, "read", _no_read)
+        assert [b.records for b in follower.read(0, 4096)] == [(b"a",), (b"b", b"c")]
+    finally:
+        monkeypatch.undo()
+        leader.close()
+        follower.close()
+
+
+def test_the_memo_steps_aside_when_it_cannot_answer(tmp_path):
+    """A read past the memo's bytes, one inside it, one after a truncation and one of a big
+    append all go to the log (and still answer right)."""
+    log = EngineRaftLog(tmp_path / "log", FileSnapshotStore(tmp_path / "snap"))
+    try:
+        log.append_as_leader([b"x" * 100], 1)
+        log.append_as_leader([b"y" * 100, b"z"], 1)
+        assert [b.records for b in log.read(1, 10)] == [(b"y" * 100, b"z")]  # min one batch, past max_bytes
+        assert [b.base_offset for b in log.read(0, 1 << 20)] == [0, 1]
+        log.truncate_to(1)
+        assert log.read(1, 1 << 20) == ()
+        log.append_as_leader([b"w"], 2)
+        assert [(b.base_offset, b.epoch) for b in log.read(1, 1 << 20)] == [(1, 2)]
+        big = log.append_as_leader([b"q" * (TAIL_MEMO_MAX_BYTES + 1)], 2)
+        assert [len(b.records[0]) for b in log.read(big.first_offset, 1 << 20)] == [TAIL_MEMO_MAX_BYTES + 1]
+    finally:
+        log.close()
+
+
+def _no_read(*_args, **_kwargs):
+    raise AssertionError("the engine log was read")
