@@ -44,6 +44,9 @@ Produce response v10 (header v1): Responses uvarint(1 + 1) | Name compact string
     | partition tags: 0 CurrentLeader{LeaderId i32, LeaderEpoch i32, tags} (when not (-1, -1))
     | topic tags (0) | ThrottleTimeMs i32 | tags (0; NodeEndpoints is tag 0)
 
+The client writes the Produce request and reads its response with the same layouts
+(encode_produce_request, decode_produce_response); the leader reads and writes the other ends.
+
 Compact lengths are uvarint(n + 1), 0 meaning null; a tagged field is uvarint tag | uvarint size |
 value. Values that fit in one varint byte (< 0x80) are the common case and read inline.
 """
@@ -55,7 +58,7 @@ import struct
 from kraftlog.engine.records.wire import decode_uvarint, encode_uvarint
 from kraftlog.errors import UndecodableRecordError
 from kraftlog.raft.messages import FetchRequest, FetchResponse
-from kraftlog.raft.types import NO_EPOCH, NO_ID, OffsetAndEpoch
+from kraftlog.raft.types import NO_EPOCH, NO_ID, Errors, OffsetAndEpoch
 from kraftlog.raft.wire import (
     API_FETCH,
     API_PRODUCE,
@@ -93,6 +96,7 @@ _PRODUCE_PARTITION = struct.Struct(">ihqqqB")  # Index, ErrorCode, BaseOffset, L
 #                                                RecordErrors (empty: uvarint 1)
 _PRODUCE_LEADER = struct.Struct(">BBBiiB")  # partition tags 1, tag 0, size 9, LeaderId, LeaderEpoch, its tags
 _PRODUCE_TAIL = struct.Struct(">BiB")  # topic tags, ThrottleTimeMs, tags
+_PRODUCE_HEAD = struct.Struct(">Bhi")  # TransactionalId (null: 0), Acks, TimeoutMs
 _PRODUCE_ACKS_TIMEOUT = 2 + 4  # Acks i16, TimeoutMs i32: raft answers once committed, whatever they say
 _CORRELATION = struct.Struct(">iB")  # a response header v1: correlation_id, tags (0)
 _UUID_BYTES = 16
@@ -369,6 +373,61 @@ def _decode_produce_request(view: memoryview):
     if view[pos:] != b"\x00\x00\x00":  # partition, topic and request tags; nothing after
         raise _NotOurs
     return corr, records
+
+
+def encode_produce_request(correlation_id: int, client_id: str, records, timeout_ms: int) -> bytes:
+    """The whole frame (size prefix included) of wire.produce_request's Produce v10 with
+    ``records`` (whole batches, e.g. build_batch_from_values' bytes): the bytes kio would write.
+    The client proposes through this; the leader reads it with decode_produce_request."""
+    client = client_id.encode()
+    payload = b"".join((
+        _KEY.pack(API_PRODUCE, PRODUCE_VERSION, correlation_id), _I16.pack(len(client)), client, b"\x00",
+        _PRODUCE_HEAD.pack(0, -1, timeout_ms),  # TransactionalId null, Acks -1, TimeoutMs
+        _PRODUCE_ONE_TOPIC, _I32.pack(0), encode_uvarint(len(records) + 1), records,
+        b"\x00\x00\x00"))  # partition, topic and request tags
+    return SIZE.pack(len(payload)) + payload
+
+
+def decode_produce_response(frame) -> tuple[int, tuple[Errors, int, int, int, str | None]] | None:
+    """(correlation id, wire.produce_result's tuple) of a Produce v10 response frame (no size
+    prefix) in encode_produce_response's shape, else None (kio's path decides)."""
+    view = memoryview(frame)
+    try:
+        corr, header_tags = _CORRELATION.unpack_from(view, 0)
+        pos = 5 + len(_PRODUCE_ONE_TOPIC)
+        if header_tags or view[5:pos] != _PRODUCE_ONE_TOPIC:
+            return None
+        index, error, base_offset, append_time, log_start, record_errors = _PRODUCE_PARTITION.unpack_from(view, pos)
+        if (append_time, log_start) != (-1, -1):  # what raft writes; kio reads the time as a datetime
+            return None
+        pos += _PRODUCE_PARTITION.size
+        message, pos = _compact_nullable_string(view, pos)
+        leader = (NO_ID, NO_EPOCH)
+        if view[pos] == 1:  # the partition's one tag: CurrentLeader
+            ntags, tag, size, leader_id, leader_epoch, leader_tags = _PRODUCE_LEADER.unpack_from(view, pos)
+            if (tag, size, leader_tags) != (0, 9, 0):
+                return None
+            leader, pos = (leader_id, leader_epoch), pos + _PRODUCE_LEADER.size
+        elif view[pos] == 0:
+            pos += 1
+        else:
+            return None
+        topic_tags, _, tags = _PRODUCE_TAIL.unpack_from(view, pos)
+        if index != 0 or record_errors != 1 or topic_tags or tags or pos + _PRODUCE_TAIL.size != len(view):
+            return None
+        return corr, (error_of(error), base_offset, leader[0], leader[1], message)
+    except (struct.error, IndexError, UnicodeDecodeError, WireFormatError, _NotOurs):
+        return None
+
+
+def _compact_nullable_string(view: memoryview, pos: int) -> tuple[str | None, int]:
+    length, pos = _small_uvarint(view, pos)
+    if not length:
+        return None, pos
+    end = pos + length - 1
+    if end > len(view):
+        raise _NotOurs
+    return str(view[pos:end], "utf-8"), end
 
 
 def encode_produce_response(correlation_id: int, error, base_offset: int, leader_id: int = NO_ID,

@@ -228,3 +228,55 @@ def test_produce_in_other_shapes_goes_to_kio():
 @given(VALUES, EDITS, st.integers(0, 1 << 16), st.booleans())
 def test_damaged_produce_requests_are_left_to_kio_or_read_as_kio_reads_them(values, edits, cut, truncate):
     check_damaged(produce_frame(values), edits, cut, truncate, hot_codec.decode_produce_request, kio_produce)
+
+
+# ---- the client's side of Produce (RaftClient.propose) ----------------------------------------------
+
+
+def kio_produce_answer(frame: bytes):
+    """What the client's kio path makes of a Produce response frame: (correlation id, result)."""
+    corr, body = wire.parse_response(frame, wire.PRODUCE_API.response)
+    return corr, wire.produce_result(body)
+
+
+@settings(max_examples=300, deadline=None)
+@given(VALUES, st.integers(0, 2**31 - 1), st.text(max_size=80), st.integers(0, 2**31 - 1))
+def test_client_produce_requests_are_kios_bytes(values, corr, client_id, timeout_ms):
+    body = wire.produce_request(values, timeout_ms=timeout_ms)
+    records = bytes(body.topic_data[0].partition_data[0].records)  # one build: a batch has timestamps
+    frame = hot_codec.encode_produce_request(corr, client_id, records, timeout_ms)
+    assert frame == wire.frame_request(0, 10, corr, client_id, body)
+    assert hot_codec.decode_produce_request(frame[4:]) == kio_produce(frame[4:]) == (corr, values)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.sampled_from(list(Errors)), i64, i32, epoch, st.one_of(st.none(), st.text()))
+def test_client_reads_produce_responses_as_kio_reads_them(corr, error, base_offset, leader_id, leader_epoch,
+                                                          message):
+    frame = hot_codec.encode_produce_response(corr, error, base_offset, leader_id, leader_epoch, message)[4:]
+    decoded = hot_codec.decode_produce_response(frame)
+    if decoded is None:  # only a message too long for one varint byte is left to kio
+        assert message is not None and len(message.encode()) + 1 >= 0x80
+    else:
+        assert decoded == kio_produce_answer(frame) == (corr, (error, base_offset, leader_id, leader_epoch, message))
+
+
+def test_client_leaves_other_produce_answers_to_kio():
+    """Bytes after the body, two partitions' worth of shape, a tag we do not write: None."""
+    frame = hot_codec.encode_produce_response(5, Errors.NONE, 42)[4:]
+    assert hot_codec.decode_produce_response(frame) == (5, (Errors.NONE, 42, -1, -1, None))
+    assert hot_codec.decode_produce_response(frame + b"\x00") is None
+    with pytest.raises(wire.WireFormatError):
+        kio_produce_answer(frame + b"\x00")
+    tagged = bytearray(frame)
+    tagged[-1] = 1  # a response tag we do not know
+    assert hot_codec.decode_produce_response(bytes(tagged)) is None
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.sampled_from(list(Errors)), i64, st.one_of(st.none(), st.text(max_size=20)), EDITS, st.integers(0, 1 << 16),
+       st.booleans())
+def test_damaged_produce_answers_are_left_to_kio_or_read_as_kio_reads_them(error, base, message, edits, cut,
+                                                                           truncate):
+    frame = hot_codec.encode_produce_response(9, error, base, 1, 2, message)[4:]
+    check_damaged(frame, edits, cut, truncate, hot_codec.decode_produce_response, kio_produce_answer)

@@ -8,10 +8,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import ssl
+from collections.abc import Callable
 
 from kraftlog.raft import wire
 from kraftlog.raft.aio.transport import DEFAULT_MAX_FRAME_BYTES, FrameConnection
 from kraftlog.raft.types import RaftError
+
+CLIENT_ID = "kraftlog-client"  # the client id of every request a ClientConnection sends
 
 
 class ClientError(RaftError):
@@ -39,8 +42,8 @@ class ClientConnection:
         self.ssl_context = ssl_context
         self.tls_handshake_timeout_ms = tls_handshake_timeout_ms
         self._ids = itertools.count(1)
-        # correlation id -> (future, response type, header v0, timeout handle or None)
-        self._pending: dict[int, tuple[asyncio.Future, type, bool, asyncio.TimerHandle | None]] = {}
+        # correlation id -> (future, the response frame's decoder, timeout handle or None)
+        self._pending: dict[int, tuple[asyncio.Future, Callable[[bytes], object], asyncio.TimerHandle | None]] = {}
         self._conn: FrameConnection | None = None
         self._error: ClientError | None = None  # why the connection ended, once it has
         self._lost: asyncio.Future | None = None  # done once the transport reported connection_lost
@@ -61,11 +64,11 @@ class ClientConnection:
         entry = self._pending.pop(wire.response_correlation_id(frame), None)
         if entry is None:
             return  # answers a request that timed out
-        future, kio_type, header_v0, timer = entry
+        future, decode, timer = entry
         if timer is not None:
             timer.cancel()
         try:
-            _, body = wire.parse_response(frame, kio_type, header_v0=header_v0)
+            body = decode(frame)
         except wire.WireFormatError as exc:
             if not future.done():
                 future.set_exception(exc)
@@ -82,7 +85,7 @@ class ClientConnection:
         if self._lost is not None and not self._lost.done():
             self._lost.set_result(None)
         pending, self._pending = self._pending, {}
-        for future, _, _, timer in pending.values():
+        for future, _, timer in pending.values():
             if timer is not None:
                 timer.cancel()
             if not future.done():
@@ -92,14 +95,22 @@ class ClientConnection:
                 timeout_s: float | None = None) -> asyncio.Future:
         """Send one request; the future gives the decoded response. With ``timeout_s`` it fails
         with TimeoutError after that long (cheaper than wrapping it in asyncio.wait_for)."""
+        return self.request_frame(
+            lambda corr: wire.frame_request(api_key, version, corr, CLIENT_ID, body),
+            lambda frame: wire.parse_response(frame, response_type, header_v0=header_v0)[1], timeout_s=timeout_s)
+
+    def request_frame(self, frame_of: Callable[[int], bytes], decode: Callable[[bytes], object], *,
+                      timeout_s: float | None = None) -> asyncio.Future:
+        """``request`` with the codec given: ``frame_of(correlation id)`` is the whole request
+        frame, ``decode(response frame)`` the future's result (raft/hot_codec.py's Produce, for one)."""
         if not self.alive:
             raise ClientError(f"connection to {self.address} is closed")
         corr = next(self._ids)
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         timer = None if timeout_s is None else loop.call_later(timeout_s, self._expire, corr)
-        self._pending[corr] = (future, response_type, header_v0, timer)
-        self._conn.write(wire.frame_request(api_key, version, corr, "kraftlog-client", body))
+        self._pending[corr] = (future, decode, timer)
+        self._conn.write(frame_of(corr))
         return future
 
     def _expire(self, corr: int) -> None:
