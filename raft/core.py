@@ -767,7 +767,7 @@ class RaftCore:
         hw, deliveries, at = self._hw, self._deliveries, self._listener_next  # locals: one pass per batch
         while at < hw and budget > 0 and records_left > 0:
             want = min(self.config.deliveries_read_bytes, budget * self._delivered_batch_bytes + _READ_SLACK_BYTES)
-            batches = self.log.read(at, want)
+            batches = self.log.read(at, want, until_offset=hw)
             take = getattr(batches, "take", None)
             if take is not None:  # a run with its headers in arrays (raft/wire.py BatchRun): in bulk
                 k = take(hw, budget, records_left)

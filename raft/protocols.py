@@ -60,10 +60,11 @@ class ReplicatedLog(Protocol):
         ``end_offset()``, offsets must be contiguous and epochs must not exceed ``epoch``."""
         ...
 
-    def read(self, start_offset: int, max_bytes: int) -> tuple[LogBatch, ...]:
+    def read(self, start_offset: int, max_bytes: int, *, until_offset: int | None = None) -> tuple[LogBatch, ...]:
         """Whole batches from the one containing ``start_offset``, at least one if any exists,
         up to about ``max_bytes``. Empty at ``end_offset()``. Raises ValueError below
-        ``start_offset()``."""
+        ``start_offset()``. ``until_offset``: the caller needs no batch starting at or after it
+        (a delivery up to the high watermark), so the read may stop there."""
         ...
 
     def start_offset(self) -> int: ...

@@ -21,6 +21,7 @@ OPS = st.lists(st.one_of(
     st.tuples(st.just("lead"), st.integers(1, 4), st.integers(0, 300)),  # records, value size
     st.tuples(st.just("follow"), st.integers(1, 3), st.integers(0, 300)),  # batches copied from a twin log
     st.tuples(st.just("read"), st.integers(0, 40), st.sampled_from([1, 200, 4096, 1 << 20])),
+    st.tuples(st.just("read until"), st.integers(0, 40), st.integers(0, 40)),  # a delivery up to the HW
     st.tuples(st.just("truncate"), st.integers(0, 40), st.just(0)),
     st.tuples(st.just("start"), st.integers(0, 40), st.just(0)),
 ), max_size=40)
@@ -60,6 +61,11 @@ def _apply(log: EngineRaftLog, op, epoch: int, tmp: str, step: int) -> None:
                 log.read(offset, b)
         else:
             assert _raw(log.read(offset, b)) == _uncached(log, offset, b), (offset, b)
+    elif kind == "read until":
+        whole = _uncached(log, log.start_offset(), 1 << 30)
+        bases = [x.base_offset for x in split_batches(whole)] if whole else [log.end_offset()]
+        offset = bases[a % len(bases)]  # where raft's deliveries read: a batch's start
+        _check_read_until(log, offset, offset + 1 + b % 8)
     elif kind == "truncate":
         bases = [x.base_offset for x in log.read(log.start_offset(), 1 << 30)]
         if bases:
@@ -67,6 +73,16 @@ def _apply(log: EngineRaftLog, op, epoch: int, tmp: str, step: int) -> None:
     elif kind == "start":
         ends = [x.base_offset for x in log.read(log.start_offset(), 1 << 30)][1:] + [log.end_offset()]
         log.delete_before(ends[a % len(ends)], epoch)
+
+
+def _check_read_until(log: EngineRaftLog, offset: int, until: int) -> None:
+    """A read told it may stop at ``until``: a prefix of the log's answer that still holds every
+    batch starting below ``until``."""
+    got, whole = _raw(log.read(offset, 1 << 20, until_offset=until)), _uncached(log, offset, 1 << 20)
+    assert whole.startswith(got)
+    below = [b for b in split_batches(whole)] if whole else []
+    needed = b"".join(bytes(b.raw) for b in below if b.base_offset < until)
+    assert got.startswith(needed)
 
 
 @settings(max_examples=60, deadline=None)

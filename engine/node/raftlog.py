@@ -144,11 +144,11 @@ class EngineRaftLog:
 
     # ---- reads --------------------------------------------------------------------------------
 
-    def read(self, start_offset: int, max_bytes: int) -> Sequence[LogBatch]:
+    def read(self, start_offset: int, max_bytes: int, *, until_offset: int | None = None) -> Sequence[LogBatch]:
         end = self.log.end_offset
         if start_offset == end:  # a caught-up fetcher's offset: nothing to read, no log call
             return ()
-        tail = self._tail.read(start_offset, max_bytes, end)
+        tail = self._tail.read(start_offset, max_bytes, end, until_offset)
         if tail is not None:
             return tail
         try:
@@ -279,9 +279,11 @@ class TailMemo:
         while self._size_bytes > TAIL_MEMO_MAX_BYTES or len(runs) > TAIL_MEMO_MAX_RUNS:
             self._size_bytes -= len(runs.pop(0).raw)
 
-    def read(self, start_offset: int, max_bytes: int, log_end_offset: int) -> BatchRun | None:
-        """The batches from ``start_offset`` to the log's end, when a run starts there and they
-        fit ``max_bytes`` (else None: the log answers, cut to ``max_bytes`` as it cuts)."""
+    def read(self, start_offset: int, max_bytes: int, log_end_offset: int,
+             until_offset: int | None = None) -> BatchRun | None:
+        """The batches from ``start_offset`` to the log's end (or only to the first run reaching
+        ``until_offset``), when a run starts there and they fit ``max_bytes`` (else None: the
+        log answers, cut to ``max_bytes`` as it cuts)."""
         runs = self._runs
         if not runs or runs[-1].next_offset != log_end_offset:
             return None
@@ -290,8 +292,8 @@ class TailMemo:
                 break
         else:
             return None
-        if k == len(runs) - 1:
-            run = runs[k]
+        if k == len(runs) - 1 or (until_offset is not None and runs[k].next_offset >= until_offset):
+            run = runs[k]  # a follower's delivery of the batches the last high watermark committed
             return run if len(run.raw) <= max_bytes else None
         raws = [r.raw for r in runs[k:]]
         if sum(len(r) for r in raws) > max_bytes:

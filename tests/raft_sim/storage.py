@@ -93,7 +93,7 @@ class MemLog:
 
     # -- reads ----------------------------------------------------------------------------
 
-    def read(self, start_offset: int, max_bytes: int) -> tuple[LogBatch, ...]:
+    def read(self, start_offset: int, max_bytes: int, *, until_offset: int | None = None) -> tuple[LogBatch, ...]:
         st = self.live
         if start_offset < st.start:
             raise ValueError(f"read at {start_offset} below the log start {st.start}")
