@@ -771,6 +771,53 @@ def scan_batches(buf, Py_ssize_t start=0, end=None, *, bint verify_crc=True):
     return ScanResult(*arrays, pos, None if reason is None else pos, reason)
 
 
+SPLIT_ROWS = _shared.SPLIT_ROWS
+
+
+def split_headers(buf):
+    """The headers of ``buf``, whole record batches v2 that are dense (lastOffsetDelta + 1 ==
+    recordCount) and continue each other, as one int64 array of SPLIT_ROWS rows by batch; None
+    when any batch breaks a rule (scan_batches then names it). CRCs are not checked.
+
+    raft/wire.py's split_batches on every message of a commit: one pass, one array (the general
+    scan builds eight arrays and its checks run in Python; a commit made four of them)."""
+    cdef Py_buffer view, out_view
+    cdef Hdr h
+    cdef Problem pr
+    cdef int64_t pos = 0, n = 0, k, next_base = 0
+    cdef int64_t *o
+    cdef uchar *b
+    if np is None:
+        load_numpy()
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        b = <uchar *>view.buf
+        while pos < view.len:
+            if check_header(b, pos, view.len, False, &h, &pr) < 0 or h.last_offset_delta + 1 != h.record_count \
+                    or (n and h.base_offset != next_base):
+                return None
+            next_base = h.base_offset + h.record_count
+            pos += KL_LOG_OVERHEAD + <int64_t>h.batch_length
+            n += 1
+        out = _EMPTY_ARRAY((SPLIT_ROWS, n), _I64)
+        PyObject_GetBuffer(out, &out_view, PyBUF_WRITABLE)
+        o = <int64_t *>out_view.buf
+        pos = 0
+        for k in range(n):
+            check_header(b, pos, view.len, False, &h, &pr)  # checked above: fills h
+            o[k] = h.base_offset
+            o[n + k] = h.record_count
+            o[2 * n + k] = h.leader_epoch
+            o[3 * n + k] = h.attributes
+            o[4 * n + k] = pos
+            o[5 * n + k] = KL_LOG_OVERHEAD + <int64_t>h.batch_length
+            pos += o[5 * n + k]
+        PyBuffer_Release(&out_view)
+    finally:
+        PyBuffer_Release(&view)
+    return out
+
+
 cdef int walk_many(Py_buffer *view, object plain_list, int64_t[:] pos_arr, int32_t[:] counts, int64_t limit,
                    Cols *c, int64_t[:] deltas, int64_t *failed, Problem *pr) except -2:
     """Decode batches 0..limit-1 (already checked, sections prepared) into the columns; returns 0,

@@ -360,3 +360,56 @@ def test_take_agrees_on_short_and_long_runs(counts, data):
     assert wire._take_loop(bases.tolist(), counts, end, most_batches, most_records) == \
         run._take_vectorised(end, most_batches, most_records)
     assert run.record_count == sum(counts)  # a list's sum up to SMALL_RUN_BATCHES, numpy's above
+
+
+@st.composite
+def batch_buffers(draw):
+    """Runs of batches as raft sends them, sometimes broken: a gap or overlap between batches, a
+    byte edit anywhere (header or records), a cut, a control batch, several epochs."""
+    offset, parts = draw(st.integers(0, 2**40)), []
+    for _ in range(draw(st.integers(0, 40))):
+        values = draw(st.lists(st.binary(max_size=30), min_size=1, max_size=4))
+        parts.append(batch_codec.build_batch_from_values(values, base_offset=offset, timestamp_ms=1,
+                                                         partition_leader_epoch=draw(st.integers(0, 5))))
+        offset += len(values) + draw(st.sampled_from([0] * 30 + [-1, 1]))
+    buf = bytearray(b"".join(parts))
+    for pos, byte in draw(st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 255)), max_size=2)):
+        if buf:
+            buf[pos % len(buf)] = byte
+    if buf and draw(st.booleans()):
+        buf = buf[:draw(st.integers(0, len(buf)))]
+    return bytes(buf)
+
+
+@settings(max_examples=400, deadline=None)
+@given(batch_buffers())
+def test_split_headers_is_the_scan_in_one_pass(buf):
+    """batch.split_headers (native and twin alike) gives the rows split_batches' scan would, or
+    None exactly where the scan path raises; split_batches reads the same either way."""
+    from kraftlog.engine.records import batch_pure
+
+    native, twin = batch_codec.split_headers(buf), batch_pure.split_headers(buf)
+    assert (native is None) == (twin is None)
+    try:
+        scanned = _split_by_scan(buf)
+    except CorruptRecordError:
+        assert native is None
+        with pytest.raises(CorruptRecordError):
+            wire.split_batches(buf)
+        return
+    assert native is not None and native.tolist() == twin.tolist() == scanned
+    run = wire.split_batches(buf)
+    assert [list(map(int, row)) for row in (run._bases, run._counts, run._epochs, run._attributes, run._positions,
+                                            run._sizes)] == scanned
+
+
+def _split_by_scan(buf) -> list[list[int]]:
+    """The rows of a BatchRun as split_batches made them from scan_batches before split_headers."""
+    scan = batch_codec.scan_batches(buf, verify_crc=False)
+    if scan.error_position is not None:
+        raise CorruptRecordError(scan.error_reason, position=scan.error_position)
+    bases, counts = scan.base_offsets.tolist(), scan.record_counts.tolist()
+    if wire._first_broken_loop(bases, counts, scan.last_offsets.tolist()) is not None:
+        raise CorruptRecordError("broken", position=0)
+    return [bases, counts, scan.partition_leader_epochs.tolist(), scan.attributes.tolist(), scan.positions.tolist(),
+            scan.size_bytes.tolist()]

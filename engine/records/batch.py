@@ -56,6 +56,7 @@ iter_records = _impl.iter_records
 decode_columns = _impl.decode_columns
 decode_columns_many = _impl.decode_columns_many
 scan_batches = _impl.scan_batches
+split_headers = _impl.split_headers
 
 __all__ = [
     "CODEC_GZIP", "CODEC_LZ4", "CODEC_NAMES", "CODEC_NONE", "CODEC_SNAPPY", "CODEC_ZSTD", "COMPRESSION_CODECS",
@@ -64,5 +65,5 @@ __all__ = [
     "IMPLEMENTATION", "MIN_RECORD_SIZE_BYTES", "MAX_INFLATED_BYTES", "TRANSACTIONAL_BIT",
     "BatchColumns", "BatchHeader", "Record", "ScanResult", "build_batch", "build_batch_from_values",
     "build_control_batch", "control_record_key", "decode_columns", "decode_columns_many", "iter_records",
-    "parse_control_record_key", "scan_batches", "validate_batch",
+    "parse_control_record_key", "scan_batches", "split_headers", "validate_batch",
 ]

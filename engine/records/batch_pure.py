@@ -64,6 +64,7 @@ from kraftlog.engine.records.batch_types import (
     P_TRUNCATED_BATCH,
     P_TRUNCATED_HEADER,
     P_VARINT,
+    SPLIT_ROWS,
     U64_MASK,
     BatchColumns,
     DecodeProblem,
@@ -517,6 +518,20 @@ def decode_columns_many(buf, start: int = 0, end: int | None = None) -> BatchCol
         pos += LOG_OVERHEAD + fields[1]
     data = buf if not parts else bytes(memoryview(buf)[:end]) + b"".join(parts)
     return _columns(cols, data, batches)
+
+
+def split_headers(buf):
+    """The headers of ``buf``, whole record batches v2 that are dense (lastOffsetDelta + 1 ==
+    recordCount) and continue each other, as one int64 array of SPLIT_ROWS rows by batch; None
+    when any batch breaks a rule (scan_batches then names it). CRCs are not checked."""
+    scan = scan_batches(buf, verify_crc=False)
+    if scan.error_position is not None:
+        return None
+    bases, counts = scan.base_offsets, scan.record_counts.astype(np.int64)
+    if (scan.last_offsets - bases + 1 != counts).any() or (bases[1:] != bases[:-1] + counts[:-1]).any():
+        return None
+    return np.stack([bases, counts, scan.partition_leader_epochs, scan.attributes, scan.positions,
+                     scan.size_bytes]).astype(np.int64).reshape(SPLIT_ROWS, len(bases))
 
 
 def scan_batches(buf, start: int = 0, end: int | None = None, *, verify_crc: bool = True) -> ScanResult:

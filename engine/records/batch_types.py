@@ -50,6 +50,8 @@ CONTROL_KEY_VERSION = 0
 # A record takes at least 7 bytes (length, attributes, timestampDelta, offsetDelta, key length,
 # value length, header count: one byte each), which bounds recordCount by the records' size
 # before anything is allocated.
+# split_headers' rows by batch (one int64 array): what raft/wire.py's BatchRun keeps of each batch
+SPLIT_ROWS = 6  # base offset, record count, partition leader epoch, attributes, position, size
 MIN_RECORD_SIZE_BYTES = 7
 # Columns address `data` with int32 offsets; Kafka segments stay below 2 GiB for the same reason.
 MAX_COLUMN_DATA_BYTES = (1 << 31) - 1
