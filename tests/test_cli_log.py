@@ -305,6 +305,25 @@ def test_verify_reports_a_cut_tail(copy):
     assert_one_line_error(run("log", "verify", copy), 1, f"position {covered}:", "torn tail")
 
 
+def test_preallocated_zeros_after_the_last_batch_are_the_logs_end(copy):
+    """A node killed while its active segment was preallocated (LogConfig.preallocate_bytes)
+    leaves zeros after the last batch: verify and image show read the log to its last batch;
+    zeros in a segment that is not the last are still damage."""
+    last = segment_paths(copy)[-1]
+    with open(last, "ab") as f:
+        f.write(bytes(4096))
+    proc = run("log", "verify", copy)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert f"offsets 0..{total_records() - 1}, {total_records():,} records" in proc.stdout.splitlines()[-1]
+    shown = run("image", "show", copy)
+    assert shown.returncode == 0 and shown.stderr == "", shown.stderr
+    first = segment_paths(copy)[0]
+    _, covered = kafka_batches(first)
+    with open(first, "ab") as f:
+        f.write(bytes(4096))
+    assert_one_line_error(run("log", "verify", copy), 1, f"{first}: position {covered}:", "invalid batch")
+
+
 def test_verify_reports_a_missing_segment_as_an_offset_gap(copy):
     """A middle segment removed: the next one does not continue the offsets."""
     paths = segment_paths(copy)

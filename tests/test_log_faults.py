@@ -24,6 +24,8 @@ pytestmark = pytest.mark.twin
 
 CFG = LogConfig(segment_bytes=1024, index_interval_bytes=128)
 GROUP = LogConfig(segment_bytes=400, index_interval_bytes=128, flush_interval_messages=None)
+PREALLOCATED = LogConfig(segment_bytes=400, index_interval_bytes=128, flush_interval_messages=None,
+                         preallocate_bytes=150)
 
 
 def values(n: int, tag: str) -> list[bytes]:
@@ -147,15 +149,18 @@ OPS = st.lists(st.one_of(
 # a torn tail cut on open, then a clean close: the cut was not fsynced before the marker vouched for
 # it, and the next power loss brought the torn batch back as trusted data
 @example([("flush",), ("crash",), ("append", 1, 0), ("crash",), ("crash",), ("abandon",), ("reopen",), ("crash",)], 1)
+@example([("append", 1, 0), ("abandon",), ("crash",)], 1)  # preallocated zeros after a process death
 def test_crash_recovery_keeps_a_prefix_with_everything_flushed(ops, seed):
     """Any sequence of appends, flushes, truncations, clean reopens, process deaths and power
     losses: after each one the log holds a prefix of the model that includes every record it
     called flushed (after a process death it may call fewer: what it read back is not yet
-    durable), and so does every later reopen (seed drives the crash)."""
+    durable), and so does every later reopen (seed drives the crash). Odd seeds preallocate the
+    active segment's file (LogConfig.preallocate_bytes)."""
     rng = random.Random(seed)
     fs = FaultFileSystem()
+    config = PREALLOCATED if seed % 2 else GROUP
     with tempfile.TemporaryDirectory() as d:
-        log = Log(d, GROUP, fs=fs)
+        log = Log(d, config, fs=fs)
         model: list[tuple[int, bytes]] = []  # (epoch, value) per offset
         durable, epoch, n = 0, 1, 0
         for op in ops:
@@ -181,7 +186,7 @@ def test_crash_recovery_keeps_a_prefix_with_everything_flushed(ops, seed):
                 else:
                     with contextlib.suppress(LogError):
                         log.close()
-                log = Log(d, GROUP, fs=fs)
+                log = Log(d, config, fs=fs)
                 got = contents(log)
                 assert durable <= len(got) <= len(model), f"seed={seed}"
                 assert got == expect(model[: len(got)]), f"seed={seed}"
@@ -190,5 +195,74 @@ def test_crash_recovery_keeps_a_prefix_with_everything_flushed(ops, seed):
                 assert durable <= len(model), f"seed={seed}"
                 epoch = max([epoch] + [e for e, _ in model])
         log.close()
-        with Log(d, GROUP, fs=fs) as final:
+        with Log(d, config, fs=fs) as final:
             assert contents(final) == expect(model), f"seed={seed}"
+
+
+def _log_files(directory) -> list[int]:
+    return [p.stat().st_size for p in sorted(directory.glob("*.log"))]
+
+
+def test_preallocated_space_is_cut_at_a_roll_and_a_clean_close(tmp_path):
+    """While open, the active segment's file runs ahead of its data; a roll leaves the old
+    segment exactly its batches long, a clean close the active one, and a clean open reads
+    everything back."""
+    with Log(tmp_path, PREALLOCATED) as log:
+        log.append_as_leader(values(2, "a"), 1)
+        data = len(log.read(0).records)
+        assert _log_files(tmp_path) == [data + 150]
+        for k in range(6):  # past segment_bytes: rolls
+            log.append_as_leader(values(2, f"b{k}"), 1)
+        assert len(_log_files(tmp_path)) >= 2
+        sealed = [len(bytes(log.read(base, 1 << 20).records)) for base in log.segment_base_offsets()[:-1]]
+        assert _log_files(tmp_path)[:-1] == sealed
+        everything, data_bytes = contents(log), log.size_bytes
+        assert sum(_log_files(tmp_path)) > data_bytes  # the active segment's reserved space
+    assert sum(_log_files(tmp_path)) == data_bytes
+    with Log(tmp_path, PREALLOCATED) as again:
+        assert contents(again) == everything and not again.recovered_unclean
+
+
+def test_preallocated_zeros_after_a_process_death_are_not_a_torn_tail(tmp_path, caplog):
+    """The process dies with the active file longer than its data: the next open cuts the zeros
+    quietly (no WARNING, nothing counted as torn) and keeps every record; a torn batch inside
+    the reserved space still warns."""
+    fs = FaultFileSystem()
+    log = Log(tmp_path, PREALLOCATED, fs=fs)
+    log.append_as_leader(values(3, "a"), 1)
+    log.flush()
+    for seg in log._segments:
+        seg.close()  # the process died: no clean close
+    with caplog.at_level("INFO", logger="kraftlog.log"):
+        again = Log(tmp_path, PREALLOCATED, fs=fs)
+    assert again.recovered_unclean and again.truncated_bytes_on_open == 0
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    assert [v for _, _, v in contents(again)] == values(3, "a")
+    end = len(again.read(0).records)
+    again.append_as_leader(values(1, "b"), 1)
+    for seg in again._segments:
+        seg.close()
+    with open(tmp_path / "00000000000000000000.log", "r+b") as f:  # cut the last batch in half
+        f.seek(end + 30)
+        f.write(bytes(200))
+    caplog.clear()
+    with caplog.at_level("INFO", logger="kraftlog.log"):
+        third = Log(tmp_path, PREALLOCATED, fs=fs)
+    assert third.truncated_bytes_on_open > 0 and [r for r in caplog.records if r.levelname == "WARNING"]
+    assert [v for _, _, v in contents(third)] == values(3, "a")
+    third.close()
+
+
+def test_a_full_disk_refuses_the_preallocation_before_anything_is_written(tmp_path):
+    fs = FaultFileSystem()
+    with Log(tmp_path, PREALLOCATED, fs=fs) as log:
+        log.append_as_leader(values(2, "a"), 1)
+        fs.space_left_bytes = 10
+        with pytest.raises(LogStorageError) as err:
+            for k in range(4):  # until an append needs more than the space reserved so far
+                log.append_as_leader(values(2, f"b{k}"), 1)
+        assert err.value.errno == errno.ENOSPC
+        kept = contents(log)
+        fs.space_left_bytes = None
+        log.append_as_leader(values(1, "c"), 1)
+        assert contents(log) == kept + [(len(kept), 1, values(1, "c")[0])]

@@ -133,13 +133,16 @@ def test_uuid_strings_match_kafka_form():
     assert got == want
 
 
-def test_splits_cut_at_batch_starts_and_a_torn_tail_is_not_a_row(values, tmp_path):
+@pytest.mark.parametrize("tail", ["torn", "preallocated"])
+def test_splits_cut_at_batch_starts_and_a_torn_tail_is_not_a_row(values, tmp_path, tail):
     """Large segments are cut at batch starts (reading every split gives every record once); bytes of
-    a half-written batch at the end of the last segment are neither rows nor an error."""
+    a half-written batch at the end of the last segment, or the zeros a live log preallocated
+    there, are neither rows nor an error."""
     directory = sample.write_log_dir(tmp_path / "c", values, segment_bytes=60_000, per_batch=40)
     segments = inputs.segment_files(directory)
-    with open(segments[-1][1], "ab") as f:  # a writer mid-append
-        f.write(batch.build_batch_from_values(values[:5], base_offset=len(values))[:70])
+    with open(segments[-1][1], "ab") as f:  # a writer mid-append, or its reserved space
+        f.write(batch.build_batch_from_values(values[:5], base_offset=len(values))[:70] if tail == "torn"
+                else bytes(9000))
     splits = inputs.plan([directory], split_bytes=15_000)
     assert len(splits) > len(segments)
     for s in splits:

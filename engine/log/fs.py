@@ -59,6 +59,10 @@ class FileHandle(Protocol):
     def truncate(self, size: int) -> None:
         """Set the file's length (shrinks, or extends with zeros)."""
 
+    def allocate(self, size: int) -> None:
+        """Extend the file to ``size`` bytes of zeros with its disk space reserved (posix_fallocate:
+        ENOSPC now rather than at a later write). Optional: a handle without it is never preallocated."""
+
     def sync(self) -> None:
         """Make the file's data and length durable (fdatasync)."""
 
@@ -172,6 +176,11 @@ class RealFileHandle:
 
     def truncate(self, size: int) -> None:
         os.ftruncate(self._fd, size)
+
+    def allocate(self, size: int) -> None:
+        have = self.size()
+        if size > have:
+            os.posix_fallocate(self._fd, have, size - have)
 
     def sync(self) -> None:
         os.fdatasync(self._fd)
@@ -328,6 +337,20 @@ class FaultFileHandle:
         self._state.pending.append(("t", size))
         if self._fs.space_left_bytes is not None:
             self._fs.space_left_bytes += old - size
+
+    def allocate(self, size: int) -> None:
+        """The real allocation, recorded as an extension with zeros (what a crash may keep of it);
+        a full disk (``space_left_bytes``) and write faults refuse it before anything changes."""
+        self._check("write")
+        growth = max(0, size - self._inner.size())
+        space = self._fs.space_left_bytes
+        if space is not None and growth > space:
+            raise OSError(errno_codes.ENOSPC, f"{self.path}: no space left on device (injected)")
+        if growth:
+            self._inner.allocate(size)
+            self._state.pending.append(("t", size))
+            if space is not None:
+                self._fs.space_left_bytes -= growth
 
     def sync(self) -> None:
         self._check("sync")

@@ -122,6 +122,10 @@ class LogConfig:
     verify_crc_on_append      CRC-check every batch handed to an append (on by default; off skips ~2.5 us / 64 KiB)
     max_batches_per_append    limit on the batches one append call may carry, and on the appended batches
                               whose index work waits (indexed in bulk at this many, or before any read)
+    preallocate_bytes         keep the active segment's file this much longer than its data (0: off;
+                              Kafka's log.preallocate reserves a whole segment): fsyncs of appends into
+                              reserved space do not change the file's length. Cut at a roll and a clean
+                              close; after a crash, recovery cuts the zeros without calling them torn
     """
 
     segment_bytes: int = 1 << 30
@@ -133,6 +137,7 @@ class LogConfig:
     recovery_mode: RecoveryMode = RecoveryMode.TOLERATE_TAIL_CORRUPTION
     verify_crc_on_append: bool = True
     max_batches_per_append: int = 4096
+    preallocate_bytes: int = 0
 
     def __post_init__(self) -> None:
         if not 64 <= self.segment_bytes <= MAX_SEGMENT_BYTES:
@@ -145,6 +150,8 @@ class LogConfig:
             raise ValueError("flush_interval_ms must be >= 0 or None")
         if self.max_batches_per_append < 1:
             raise ValueError("max_batches_per_append must be >= 1")
+        if not 0 <= self.preallocate_bytes <= MAX_SEGMENT_BYTES:
+            raise ValueError(f"preallocate_bytes must be in [0, {MAX_SEGMENT_BYTES}], got {self.preallocate_bytes}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -313,7 +320,7 @@ class Log:
                     buffer = bytearray(recovery.SCAN_CHUNK_BYTES)  # reused by every segment's scan
                 scans.append(recovery.recover(seg, is_last=is_last, mode=cfg.recovery_mode,
                                               expected_base_offset=expected, buffer=buffer))
-                self.truncated_bytes_on_open += before - seg.size
+                self.truncated_bytes_on_open += before - seg.size - seg.preallocated_bytes_cut
                 if not is_last:
                     seg.seal()
             if not is_last and seg.next_offset != nxt:
@@ -445,7 +452,8 @@ class Log:
         now = self._clock_ms()
         started = seg.first_append_ms
         if (latest is None or epoch > latest or not size or not seg.indexes_writable or not self._index_room
-                or size + nbytes > cfg.segment_bytes or started is None or now - started >= cfg.segment_ms):
+                or size + nbytes > cfg.segment_bytes or started is None or now - started >= cfg.segment_ms
+                or (cfg.preallocate_bytes and size + nbytes > seg.allocated)):
             return None
         slot = self._pending
         if slot >= self._pending_limit:
@@ -587,6 +595,9 @@ class Log:
                     self.epochs.assign(epoch, start)
             if not seg.indexes_writable:
                 seg.prepare_write()
+            if cfg.preallocate_bytes:
+                seg.preallocate(position + nbytes,
+                                max(0, min(cfg.preallocate_bytes, cfg.segment_bytes - position - nbytes)))
             if direct:
                 seg.dirty = True
                 write_stamped(data, self._headers, self._scratch, slot, n, seg.fd, position)
@@ -697,6 +708,11 @@ class Log:
         """
         old = self._segments[-1]
         self._index_pending()
+        try:
+            old.trim()  # before the new segment exists: only the last segment may end in zeros
+        except OSError as exc:
+            raise LogStorageError(f"could not roll a new segment at offset {self._end}: {exc.strerror or exc}",
+                                  path=old.log_path, errno=exc.errno) from exc
         self._flush_or_go_offline()
         try:
             new = self._create_segment(self._end)
@@ -997,6 +1013,7 @@ class Log:
         """Data, then changed indexes, durable; only then (``vouch``: no index entry was found
         pointing to the wrong batch) the marker that vouches for them."""
         self._index_pending()
+        self._segments[-1].trim()  # a clean open trusts the file's length
         self._sync_all()
         self._segments[-1].seal()
         for seg in self._segments:

@@ -26,7 +26,7 @@ import struct
 
 from kraftlog.engine.log.errors import LogCorruptionError
 from kraftlog.engine.log.index import build_indexes
-from kraftlog.engine.log.segment import Segment
+from kraftlog.engine.log.segment import Segment, is_preallocated_space
 from kraftlog.engine.records import batch as batch_codec
 from kraftlog.engine.records.batch import ScanResult
 from kraftlog.engine.records.layout import (
@@ -97,7 +97,10 @@ def recover(seg: Segment, *, is_last: bool, mode: RecoveryMode, expected_base_of
     scan = scan_segment(seg, file_size, buffer if buffer is not None else bytearray(SCAN_CHUNK_BYTES))
     _check_offsets(seg, scan, expected_base_offset)
     if scan.error_position is not None:
-        _judge_bad_tail(seg, file_size, scan, is_last=is_last, mode=mode)
+        if is_last and _only_zeros(seg, scan.valid_end, file_size):
+            seg.preallocated_bytes_cut = file_size - scan.valid_end  # space reserved ahead, never data
+        else:
+            _judge_bad_tail(seg, file_size, scan, is_last=is_last, mode=mode)
         seg.truncate_file(scan.valid_end)
     seg.size = scan.valid_end
     seg.next_offset = int(scan.last_offsets[-1]) + 1 if scan.batch_count else seg.base_offset
@@ -193,6 +196,14 @@ def _check_offsets(seg: Segment, scan, expected_base_offset: int | None) -> None
     if int(lasts[-1]) - seg.base_offset > 0x7FFFFFFF:
         raise LogCorruptionError("offsets overflow the segment's 32-bit relative offsets",
                                  path=seg.log_path, position=int(scan.positions[-1]))
+
+
+def _only_zeros(seg: Segment, start: int, end: int) -> bool:
+    """Whether the file's bytes ``[start, end)`` are all zero: the preallocated space after the
+    last append (log.py), not a torn batch, which starts with its non-zero offset and length."""
+    chunk_bytes = 1 << 20
+    return all(is_preallocated_space(seg.read_file_tail(at, min(end, at + chunk_bytes)))
+               for at in range(start, end, chunk_bytes))
 
 
 def _judge_bad_tail(seg: Segment, file_size: int, scan, *, is_last: bool, mode: RecoveryMode) -> None:

@@ -43,6 +43,14 @@ def _descriptor(handle) -> int | None:
     return fileno() if fileno is not None else None
 
 
+def is_preallocated_space(data) -> bool:
+    """Whether ``data``, bytes after the last whole batch of a log's last segment, is space the
+    log reserved ahead of its appends (LogConfig.preallocate_bytes) and a crash left: all zeros.
+    Not a torn batch, which starts with its non-zero length; readers treat it as the log's end."""
+    view = memoryview(data).cast("B")
+    return bytes(view).count(0) == len(view)
+
+
 def segment_name(base_offset: int) -> str:
     """Kafka's file name stem: the base offset as 20 decimal digits."""
     return f"{base_offset:020d}"
@@ -61,6 +69,7 @@ class Segment:
 
     State kept in memory (rebuilt on open, never read from disk without checks):
       size                          valid bytes of the .log (the file may be longer after a crash)
+      allocated                     the .log's length while it is preallocated past ``size`` (log.py)
       next_offset                   last offset in the segment + 1 (base offset when empty)
       max_timestamp, offset_of_max_timestamp
       bytes_since_last_index_entry  for the sparse-index rule (index.py)
@@ -77,6 +86,8 @@ class Segment:
         self._handle = fs.open(self.log_path, create=create)
         self.fd = _descriptor(self._handle)
         self.size = self._handle.size()
+        self.allocated = self.size
+        self.preallocated_bytes_cut = 0  # zeros after the last batch that recovery cut (not a torn tail)
         self.offset_index = OffsetIndex(fs, stem + INDEX_SUFFIX, base_offset, max_index_bytes)
         self.time_index = TimeIndex(fs, stem + TIME_INDEX_SUFFIX, base_offset, max_index_bytes)
         self.next_offset = base_offset
@@ -189,6 +200,29 @@ class Segment:
     def rollback(self) -> None:
         """Cut the file back to ``size`` after a failed write (raises OSError if that fails too)."""
         self._handle.truncate(self.size)
+        self.allocated = self.size
+
+    def preallocate(self, end: int, ahead_bytes: int) -> None:
+        """Make the file at least ``end`` bytes long, reserving ``ahead_bytes`` more: appends then
+        write into space the file already has, and an fdatasync flushes only their data, not a
+        new length each time (~130 us against ~200 us and far shorter tails here; etcd
+        preallocates its WAL for the same reason). The zeros past ``size`` are never valid data:
+        ``trim`` cuts them at a roll and a clean close, recovery after a crash."""
+        if end <= self.allocated:
+            return
+        allocate = getattr(self._handle, "allocate", None)
+        if allocate is None:
+            return
+        allocate(end + ahead_bytes)
+        self.allocated = end + ahead_bytes
+        self.dirty = True  # the new length must be durable before what is written into it
+
+    def trim(self) -> None:
+        """Cut the preallocated zeros: the file ends at ``size`` again."""
+        if self.allocated > self.size:
+            self._handle.truncate(self.size)
+            self.allocated = self.size
+            self.dirty = True
 
     def sync(self) -> None:
         if self.dirty:
@@ -247,7 +281,7 @@ class Segment:
             self._handle.truncate(size)
         else:
             self._swap_prefix(size)
-        self.size = size
+        self.size = self.allocated = size
         self.dirty = True
 
     def _swap_prefix(self, size: int) -> None:

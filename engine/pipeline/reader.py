@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
+from kraftlog.engine.log.segment import is_preallocated_space
 from kraftlog.engine.pipeline.inputs import Split
 from kraftlog.engine.pipeline.rows import ARROW_SCHEMA, RowFilter, corrupt_row, to_record_batch
 from kraftlog.engine.records import batch, metadata_columns
@@ -39,7 +40,8 @@ def _map(path: str):
 def readable_end(buf, start: int, end: int) -> int:
     """End of the whole batches in buf[start:end] when a torn batch may follow them."""
     scan = batch.scan_batches(buf, start, end, verify_crc=False)
-    if scan.error_reason is not None and scan.error_reason.startswith("truncated"):
+    if scan.error_reason is not None and (scan.error_reason.startswith("truncated") or
+                                          is_preallocated_space(memoryview(buf)[scan.valid_end:end])):
         return scan.valid_end
     return end
 

@@ -31,7 +31,13 @@ from kraftlog.engine.log.epoch_cache import CHECKPOINT_NAME as EPOCH_CHECKPOINT_
 from kraftlog.engine.log.epoch_cache import LeaderEpochCache
 from kraftlog.engine.log.fs import RealFileSystem
 from kraftlog.engine.log.log import CLEAN_SHUTDOWN_NAME, LOG_START_CHECKPOINT_NAME
-from kraftlog.engine.log.segment import INDEX_SUFFIX, TIME_INDEX_SUFFIX, parse_segment_name, segment_name
+from kraftlog.engine.log.segment import (
+    INDEX_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    is_preallocated_space,
+    parse_segment_name,
+    segment_name,
+)
 from kraftlog.engine.records import batch as batch_codec
 from kraftlog.errors import KraftlogError, UndecodableRecordError, UnsupportedCodecError
 
@@ -212,7 +218,10 @@ def _log_problem(seg: SegmentScan, i: int, expected: int | None, last_epoch: int
             j = int(gaps[0]) + 1
             return at(scan.positions[j], f"batch base offset {int(bases[j])} does not follow the last offset "
                                          f"{int(lasts[j - 1])} of the batch before it")
-    if scan.error_position is not None:
+    # zeros a live log reserved ahead of its appends are the end of the log, not damage
+    reserved = scan.error_position is not None and is_last and \
+        is_preallocated_space(memoryview(buf)[scan.error_position:seg.file_size])
+    if scan.error_position is not None and not reserved:
         torn = is_last and str(scan.error_reason).startswith("truncated")
         what = "torn tail" if torn else "invalid batch"
         return at(scan.error_position, f"{what}: {scan.error_reason} "
