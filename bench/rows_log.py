@@ -13,6 +13,10 @@ Ours and the peer run interleaved so both see the same machine load.
     log.random_read_us  read(random offset, 64 KiB) on the whole log: segment bisect, native index
                         search, header walk, zero-copy view, us per read; peer: os.pread of one
                         64 KiB batch at a known position; goal <= 20 us median
+    log.commit_fsync_us one ~150-byte batch appended and fsynced (a raft commit's write), median us,
+                        with raft's log config (the active segment preallocated 4 MiB ahead:
+                        the fdatasync writes data, not a new file length); peer: the same log
+                        without preallocation, in alternating rounds; goal: faster than the peer
     log.recovery_gbps   opening the log after a crash (no clean-shutdown marker): every batch
                         CRC-checked (scan_batches), indexes rebuilt, GB/s; peer: the crc32c
                         package over the same bytes in memory; goal: close to the CRC rate (>= 0.5x)
@@ -223,6 +227,54 @@ def crc_all(path: str) -> int:
     return total
 
 
+COMMIT_VALUE_BYTES = 100
+COMMIT_ROUNDS = 4
+
+
+def commit_fsync_samples(log_config, commits: int) -> list[float]:
+    """Microseconds of append + flush, one one-record batch at a time, in a fresh log on disk."""
+    from kraftlog.engine.log.log import Log
+    from kraftlog.engine.records.batch import build_batch_from_values
+
+    value = bytes(COMMIT_VALUE_BYTES)
+    directory = tempfile.mkdtemp(prefix="kraftlog-bench-fsync-")
+    try:
+        with Log(directory, log_config) as log:
+            out = []
+            for _ in range(commits):
+                built = build_batch_from_values([value])
+                start = time.perf_counter_ns()
+                log.append_as_leader(built, 1)
+                log.flush()
+                out.append((time.perf_counter_ns() - start) / 1000)
+            return out
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def row_commit_fsync(quick: bool) -> dict:
+    import dataclasses
+
+    from kraftlog.engine.node.raftlog import RAFT_LOG_CONFIG
+
+    commits = 300 if quick else 1500
+    unallocated = dataclasses.replace(RAFT_LOG_CONFIG, preallocate_bytes=0)
+    ours: list[float] = []
+    peer: list[float] = []
+    for _ in range(COMMIT_ROUNDS):  # alternating: both see the same disk and machine load
+        ours += commit_fsync_samples(RAFT_LOG_CONFIG, commits)
+        peer += commit_fsync_samples(unallocated, commits)
+    ours.sort()
+    peer.sort()
+    median, peer_median = statistics.median(ours), statistics.median(peer)
+    return row("log.commit_fsync_us", "us", median, ours[int(len(ours) * 0.9)] - median,
+               peer="the same log without preallocation", peer_value=peer_median, higher_is_better=False,
+               goal="faster than the peer (ratio > 1)", met=median < peer_median,
+               notes=f"{len(ours)} commits each; p99 {ours[int(len(ours) * 0.99)]:.0f} vs "
+                     f"{peer[int(len(peer) * 0.99)]:.0f} us; preallocate_bytes="
+                     f"{RAFT_LOG_CONFIG.preallocate_bytes}")
+
+
 def row_recovery(quick: bool) -> dict:
     total, extra = _scale(quick)
     built = BuiltLog(total)
@@ -248,4 +300,5 @@ ROWS = {
     "log.append": row_append,
     "log.random_read_us": row_random_read,
     "log.recovery_gbps": row_recovery,
+    "log.commit_fsync_us": row_commit_fsync,
 }
