@@ -230,6 +230,30 @@ def test_one_poll_delivers_at_most_the_record_budget_and_asks_to_be_polled_again
     assert polls >= 4
 
 
+def test_an_observer_gets_its_committed_local_log_in_larger_pieces_than_a_voter():
+    """A restarted node whose own log holds a committed backlog learns the high watermark from one
+    Fetch answer; an observer (a broker) then gets it in pieces of observer_deliveries_max_records,
+    a follower (a voter) in pieces of deliveries_max_records: only the voter's loop must stay short."""
+    config = dataclasses.replace(CONFIG, deliveries_max_records=10, observer_deliveries_max_records=60)
+    sizes = {}
+    for node_id in (7, 2):  # an observer, then a follower
+        h = Harness(node_id=node_id, log=log_with((1, 100)), stored=ElectionState(3, 1, NO_ID, frozenset({1, 2, 3})),
+                    config=config)
+        req = only(h.ready().messages, FetchRequest)
+        assert req.body.fetch_offset == 100
+        h.core.step(Envelope(1, node_id, req.correlation_id, FetchResponse(Errors.NONE, Errors.NONE, 1, 3,
+                                                                           high_watermark=100)))
+        delivered, pieces = [], []
+        for _ in range(20):
+            batches = [d.batch for d in h.ready().deliveries if isinstance(d, Commit)]
+            if batches:
+                pieces.append(len(batches))
+                delivered += batches
+        assert [b.base_offset for b in delivered] == list(range(100)), node_id
+        sizes[node_id] = pieces
+    assert sizes == {7: [60, 40], 2: [10] * 10}
+
+
 # ---- fetch --------------------------------------------------------------------------------------
 
 
