@@ -50,6 +50,7 @@ def _flag(name: str) -> bool:
 
 
 def _extensions() -> list:
+    import numpy
     from Cython.Build import cythonize
 
     trace, debug = _flag("KRAFTLOG_CYTHON_TRACE"), _flag("KRAFTLOG_DEBUG_BUILD")
@@ -63,9 +64,9 @@ def _extensions() -> list:
                 f"kraftlog.{pyx.stem}",
                 # A .pyx names its own C files with a "# distutils: sources = csrc/x.c" header.
                 [str(pyx.relative_to(ROOT))],
-                include_dirs=["csrc"],
+                include_dirs=["csrc", numpy.get_include()],  # numpy's C API (cimport numpy)
                 extra_compile_args=opt + warnings,
-                define_macros=macros,
+                define_macros=[*macros, ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
             )
         )
     directives = {

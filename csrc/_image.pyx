@@ -14,7 +14,11 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
+cimport numpy as cnp
+
 import numpy as np
+
+cnp.import_array()
 
 IMPLEMENTATION = "native"
 DEF EMPTY = -1
@@ -315,26 +319,33 @@ cdef struct ColumnPart:
 
 
 cdef ColumnPart *column_parts(list arrays, object dtype, bint writable) except NULL:
+    # Through numpy's C API: a bulk step over a 1M-row table passes ~250 chunk arrays per call, and
+    # reading each one's address from Python (__array_interface__) cost ~1 us, ~0.3 ms a call.
     cdef Py_ssize_t k, n = len(arrays)
+    cdef cnp.ndarray a
     cdef ColumnPart *parts = <ColumnPart *>malloc(max(n, 1) * sizeof(ColumnPart))
     if parts == NULL:
         raise MemoryError()
     try:
         for k in range(n):
-            a = arrays[k]
-            if a is None:
+            item = arrays[k]
+            if item is None:
                 parts[k].data = NULL
                 continue
-            if a.dtype != dtype or a.ndim not in (1, 2):
+            if not isinstance(item, cnp.ndarray):
+                raise ValueError(f"chunk {k}: a {type(item).__name__} where an array was expected")
+            a = <cnp.ndarray>item
+            ndim = cnp.PyArray_NDIM(a)
+            if ndim not in (1, 2) or (<object>cnp.PyArray_DESCR(a) is not dtype and a.dtype != dtype):
                 raise ValueError(f"chunk {k}: a {a.ndim}-D {a.dtype} array where {dtype} was expected")
-            if writable and not a.flags.writeable:
+            if writable and not cnp.PyArray_ISWRITEABLE(a):
                 raise ValueError(f"chunk {k}: the array is read-only")
-            parts[k].data = <char *><size_t>a.__array_interface__["data"][0]
-            parts[k].rows = a.shape[0]
-            parts[k].stride0 = a.strides[0]
-            parts[k].width = a.shape[1] if a.ndim == 2 else 0
-            parts[k].ndim = a.ndim
-            parts[k].stride1 = a.strides[1] if a.ndim == 2 else 0
+            parts[k].data = <char *>cnp.PyArray_DATA(a)
+            parts[k].rows = cnp.PyArray_DIM(a, 0)
+            parts[k].stride0 = cnp.PyArray_STRIDE(a, 0)
+            parts[k].width = cnp.PyArray_DIM(a, 1) if ndim == 2 else 0
+            parts[k].ndim = ndim
+            parts[k].stride1 = cnp.PyArray_STRIDE(a, 1) if ndim == 2 else 0
     except BaseException:
         free(parts)
         raise

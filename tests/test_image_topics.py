@@ -460,5 +460,7 @@ def test_chunk_gather_and_scatter_refuse_rows_outside_and_read_only_chunks(impl)
         impl.scatter_rows([np.broadcast_to(np.int32(0), (8,))], np.array([1], np.int64), np.zeros(1, np.int32), SHIFT)
     with pytest.raises(ValueError, match="int64"):
         impl.gather_rows([np.zeros(8, np.int64)], np.array([1], np.int64), out, SHIFT)
+    with pytest.raises(ValueError, match="where int32"):  # same kind and size, other byte order
+        impl.gather_rows([np.zeros(8, ">i4")], np.array([1], np.int64), out, SHIFT)
     with pytest.raises(ValueError, match="width 3"):
         impl.scatter_rows([np.zeros((8, 2), np.int32)], np.array([1], np.int64), np.zeros((1, 3), np.int32), SHIFT)
