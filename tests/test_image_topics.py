@@ -327,6 +327,60 @@ def test_sparse_columns_cost_nothing_until_written():
     assert after.nbytes(set()) == 3 * CHUNK_ROWS * 4 + CHUNK_ROWS * 3 * 4
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_a_table_writer_keeps_every_write_through_appends_widened_lists_and_freezes(seed):
+    """Random set_many / set / set_list / append / freeze on a chunked table give what the same
+    writes give on plain arrays, and a frozen table never changes afterwards (set_many keeps the
+    arrays it wrote by chunk; a widened list, an appended chunk or a freeze must not leave it
+    writing into a stale or a published array)."""
+    rng = random.Random(seed)
+    spec = [Column("x", np.dtype(np.int32)), Column("l", np.dtype(np.int32), width=2),
+            Column("s", np.dtype(np.int32), width=1, sparse=True)]
+    rows = CHUNK_ROWS * 2 + 5
+    model = {"x": np.arange(rows, dtype=np.int32), "l": np.full((rows, 6), -1, np.int32),
+             "s": np.full((rows, 6), -1, np.int32)}
+    table = ChunkedTable.from_arrays(spec, {"x": model["x"].copy(), "l": model["l"][:, :2].copy()})
+    writer, frozen = table.writer(), []
+    for _ in range(60):
+        op, n = rng.randrange(5), len(model["x"])
+        if op == 0:  # set_many, repeated rows included
+            picked = np.array([rng.randrange(n) for _ in range(rng.randrange(1, 40))], np.int64)
+            name, width = rng.choice([("x", 0), ("l", rng.randrange(1, 4)), ("s", rng.randrange(1, 6))])
+            values = np.array([rng.randrange(1000) for _ in range(len(picked) * max(width, 1))], np.int32)
+            values = values.reshape((len(picked), width) if width else len(picked))
+            writer.set_many(picked, name, values)
+            for row, value in zip(picked.tolist(), values, strict=True):
+                if width:
+                    model[name][row] = -1
+                    model[name][row, :width] = value
+                else:
+                    model[name][row] = value
+        elif op == 1:
+            row, value = rng.randrange(n), rng.randrange(1000)
+            writer.set(row, "x", value)
+            model["x"][row] = value
+        elif op == 2:  # a list wider than any before in its chunk
+            row, values = rng.randrange(n), [rng.randrange(1000) for _ in range(rng.randrange(3, 7))]
+            name = rng.choice(["l", "s"])
+            writer.set_list(row, name, values)
+            model[name][row] = -1
+            model[name][row, :len(values)] = values
+        elif op == 3:
+            count = rng.choice([1, 7, CHUNK_ROWS + 3])
+            xs = np.arange(n, n + count, dtype=np.int32)
+            writer.append({"x": xs})
+            model = {"x": np.concatenate([model["x"], xs]),
+                     **{k: np.concatenate([model[k], np.full((count, 6), -1, np.int32)]) for k in ("l", "s")}}
+        else:
+            frozen.append((writer.freeze(), {k: v.copy() for k, v in model.items()}))
+    frozen.append((writer.freeze(), model))
+    for table, expected in frozen:
+        assert np.array_equal(table.column("x"), expected["x"])
+        for name in ("l", "s"):
+            got = table.column(name)
+            assert np.array_equal(got, expected[name][:, :got.shape[1]]) and (expected[name][:, got.shape[1]:] == -1).all()
+
+
 @given(st.lists(st.binary(min_size=0, max_size=30), max_size=40))
 def test_index_hashes_match_the_twin(names):
     blob = b"".join(names)

@@ -195,6 +195,10 @@ class TableWriter:
         self._chunks = list(base.chunks)
         # chunk index -> names of the columns this writer owns there (safe to write in place)
         self._owned: dict[int, set[str]] = {}
+        # column name -> (the arrays _column last returned for it, by chunk (None: not owned yet),
+        # their widths (-1: not owned, 0: 1-D)): set_many's chunk loop runs in Python only for
+        # chunks it has not written before, not ~250 times per call on a 1M-row table
+        self._writable: dict[str, tuple[list, np.ndarray]] = {}
         self.rows = base.rows
 
     @property
@@ -222,7 +226,25 @@ class TableWriter:
             owned.add(name)
         if array.ndim == 2 and array.shape[1] < width:
             array = chunk.arrays[name] = _pad_to(array, width)
+        cached = self._writable.get(name)
+        if cached is not None and chunk_index < len(cached[0]):
+            cached[0][chunk_index] = array
+            cached[1][chunk_index] = array.shape[1] if array.ndim == 2 else 0
         return array
+
+    def _writable_arrays(self, name: str, chunk_indexes: np.ndarray, width: int) -> list:
+        """The arrays of ``name`` by chunk for scatter_rows: owned (and at least ``width`` wide)
+        in every chunk of ``chunk_indexes``, None in chunks never written."""
+        cached = self._writable.get(name)
+        if cached is None:
+            cached = self._writable[name] = ([], np.empty(0, np.int64))
+        if len(cached[0]) < len(self._chunks):  # appended chunks: not in the cache until _column gives them
+            added = len(self._chunks) - len(cached[0])
+            cached = self._writable[name] = (cached[0] + [None] * added, np.append(cached[1], np.full(added, -1)))
+        arrays, widths = cached
+        for chunk_index in chunk_indexes[widths[chunk_indexes] < width].tolist():
+            self._column(chunk_index, name, width)
+        return arrays
 
     def get(self, row: int, name: str):
         return self._chunks[row >> CHUNK_SHIFT].arrays[name][row & CHUNK_MASK]
@@ -248,9 +270,7 @@ class TableWriter:
         values = np.ascontiguousarray(values, dtype=self.columns[name].dtype)
         width = values.shape[1] if values.ndim == 2 else 0
         # the chunks written, owned (copied on first write) first; then one call writes every row
-        arrays: list = [None] * len(self._chunks)
-        for chunk_index in np.flatnonzero(np.bincount(rows >> CHUNK_SHIFT)).tolist():
-            arrays[chunk_index] = self._column(chunk_index, name, width)
+        arrays = self._writable_arrays(name, np.flatnonzero(np.bincount(rows >> CHUNK_SHIFT)), width)
         native.scatter_rows(arrays, rows, values, CHUNK_SHIFT)
 
     def append(self, arrays: Mapping[str, np.ndarray]) -> int:
@@ -326,5 +346,6 @@ class TableWriter:
             chunks.append(chunk)
         table = ChunkedTable(self.columns.values(), tuple(chunks), self.rows)
         self._owned = {}  # further writes copy again: the frozen table must never change
+        self._writable = {}
         self._chunks = list(table.chunks)
         return table
