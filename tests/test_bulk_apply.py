@@ -1,9 +1,9 @@
 """Proves that committed batches reach the metadata image in bulk without changing it: raft's
 executor hands each run of consecutive commits to ``handle_commits`` in one call, in order, with
 leader changes and snapshot loads between runs where the core put them; the image publisher's
-bulk apply gives the same image as one replay per batch; a batch holding a FeatureLevelRecord is
-applied on its own between bulk replays (a lowered metadata.version reloads the image before the
-next record). Runs (raft/wire.py BatchRun, what the engine log's reads and Fetch answers become):
+bulk apply gives the same image as one replay per batch; a batch that may lower metadata.version
+is applied on its own between bulk replays (a lowered metadata.version reloads the image before
+the next record), other feature level changes stay in the run. Runs (raft/wire.py BatchRun, what the engine log's reads and Fetch answers become):
 ``take`` agrees with the core's per-batch delivery rule, a run's bytes are its batches' bytes,
 batches that do not continue each other are refused, a run replayed from its bytes gives the
 per-batch image, and the core delivers a backlog from such a log as CommitRuns within budget."""
@@ -87,13 +87,22 @@ def test_bulk_apply_gives_the_image_of_one_replay_per_batch():
     assert bulk.image.provenance == one.image.provenance
 
 
-def test_a_batch_with_a_feature_level_change_is_applied_on_its_own():
-    """The batches around it still go in bulk; the image is the one-by-one image."""
+def _metadata_version(level: int) -> bytes:
+    return codec.encode_record("FeatureLevelRecord", 0, {"Name": "metadata.version", "FeatureLevel": level})
+
+
+@pytest.mark.parametrize("lowered", [False, True])
+def test_only_a_batch_that_may_lower_metadata_version_is_applied_on_its_own(lowered):
+    """A batch whose FeatureLevelRecord lowers metadata.version goes alone (a lowered version
+    reloads the image before the next record); one that sets it again or raises it, or changes
+    another feature, stays in the run. Either way the image is the one-by-one image."""
     shape = workload.WorkloadShape.scaled(200, replicas_per_broker=100)
     values = list(workload.generate(shape))
-    level = values[0]  # metadata.version
-    values = values[:60] + [level] + values[60:]  # a second FeatureLevelRecord mid-run
-    batches = _committed_batches(values, 10)
+    level = codec.decode_record(values[0]).data["FeatureLevel"]  # values[0]: metadata.version
+    other = codec.encode_record("FeatureLevelRecord", 0, {"Name": "kraft.version", "FeatureLevel": 1})
+    mid = [_metadata_version(level - 1 if lowered else level), _metadata_version(level + 1), other]
+    values = values[:60] + mid + values[60:]
+    batches = _committed_batches(values, 10)  # batch 6 holds the three
 
     class Counting(ImagePublisher):
         singles = 0
@@ -103,8 +112,8 @@ def test_a_batch_with_a_feature_level_change_is_applied_on_its_own():
             super().handle_commit(batch)
 
     publisher = Counting()
-    publisher.handle_commits(batches)  # batches 0 and 6 hold a FeatureLevelRecord
-    assert publisher.singles == 2
+    publisher.handle_commits(batches)
+    assert publisher.singles == (1 if lowered else 0)
     one_by_one = ImagePublisher()
     for b in batches:
         one_by_one.handle_commit(b)
@@ -112,6 +121,7 @@ def test_a_batch_with_a_feature_level_change_is_applied_on_its_own():
     for name in one_by_one.image.topics.topic_names():
         assert list(publisher.image.topics.partitions_of(name)) == list(one_by_one.image.topics.partitions_of(name))
     assert publisher.image.features == one_by_one.image.features
+    assert publisher.image.features.metadata_version == level + 1
 
 
 # ---- runs: batches whose headers sit in arrays (raft/wire.py BatchRun) -----------------------------
