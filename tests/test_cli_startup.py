@@ -1,6 +1,7 @@
 """Proves `kraftlog --version` and `kraftlog --help` import no command group: not asyncio, ssl,
 numpy, the node or the bench report (main.py registers only the group a command line names), and
-that a group's flags are still there when it is named."""
+that a group's flags are still there when it is named; a node process imports kio without
+hypothesis."""
 
 from __future__ import annotations
 
@@ -36,6 +37,19 @@ def test_the_named_group_is_registered_with_its_flags():
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "--controller-quorum-voters" in proc.stdout, proc.stderr
     assert "kraftlog.engine.node" in _imported_by("node", "run", "--help")
+
+
+def test_a_node_process_imports_kio_without_hypothesis():
+    """kio imports hypothesis (0.2-0.3 s) when it can; `kraftlog node` keeps it out (it is
+    installed here: the test extra), and any other group still has it."""
+    import hypothesis  # noqa: F401 - the test is void unless hypothesis is importable
+
+    probe = ("import sys; import kraftlog.engine.cli.main as m; m.build_parser([{group!r}]); "
+             "import kraftlog.engine.node.node; print(sys.modules.get('kio') is not None, "
+             "sys.modules.get('hypothesis') is not None)")
+    got = {group: subprocess.run([sys.executable, "-c", probe.format(group=group)], capture_output=True, text=True,
+                                 timeout=60).stdout.split() for group in ("node", "log")}
+    assert got == {"node": ["True", "False"], "log": ["True", "True"]}
 
 
 def test_the_node_ready_row_times_a_real_node_to_its_ready_line(monkeypatch):

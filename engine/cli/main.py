@@ -55,8 +55,18 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         group = sub.add_parser(name, help=help_text, description=help_text)
         group.set_defaults(_module=module)
         if name == named:
+            if name == "node":
+                _without_hypothesis()
             importlib.import_module(module).register(group)
     return parser
+
+
+def _without_hypothesis() -> None:
+    """kio registers a hypothesis strategy for each of its phantom types at import whenever
+    hypothesis is importable (kio/static/_phantom.py): 0.2-0.3 s of a node's start wherever the
+    test extra is installed, for strategies a server never draws. A node process imports kio
+    without it (a process that already imported hypothesis keeps it)."""
+    sys.modules.setdefault("hypothesis", None)
 
 
 def _group_named(argv: list[str]) -> str | None:
