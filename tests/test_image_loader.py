@@ -10,6 +10,7 @@ import os
 import shutil
 import uuid
 
+import numpy as np
 import pytest
 from image_summary import summary
 
@@ -346,3 +347,15 @@ def test_side_records_replay_in_their_own_order_and_a_bad_one_is_named_or_skippe
     loader.replay(to_log(base))
     image = loader.replay(to_log(tail, per_batch=1, first_offset=len(base)))
     assert summary(image) == summary(expected) and image.cluster.brokers[0].fenced
+
+
+def test_topic_names_are_cut_from_the_decoded_blob_ascii_or_not():
+    """The bulk path's names: rows in any order, from an ASCII blob (one decode, str slices) and
+    from one holding UTF-8 (name by name), the same names either way."""
+    from kraftlog.engine.image.loader import _names_at
+
+    for names in (["a", "topic-1", "", "b.c_d"], ["a", "tópico", "", "b"]):
+        blob = "".join(names).encode()
+        offsets = np.cumsum([0] + [len(n.encode()) for n in names]).astype(np.int64)
+        rows = np.array([3, 0, 1, 1, 2], dtype=np.int64)
+        assert _names_at(blob, offsets, rows) == [names[r] for r in rows.tolist()]

@@ -432,7 +432,7 @@ class _Context:
             return False
         names_blob = bytes(topics.name_blob)
         offsets = topics.name_offsets
-        names = [names_blob[offsets[r]:offsets[r + 1]].decode() for r in t_rows.tolist()]
+        names = _names_at(names_blob, offsets, t_rows)
         name_hashes = hindex.hash_names(names_blob, np.ascontiguousarray(offsets, dtype=np.int64))[t_rows]
         topic_idx = indexes[is_topic]
         if self.snapshot_end_offset is None:
@@ -508,6 +508,18 @@ class _Context:
             # Find and report (or skip) the exact record: replay this run one record at a time.
             for i in indexes.tolist():
                 self.one(i)
+
+
+def _names_at(blob: bytes, offsets: np.ndarray, rows: np.ndarray) -> list[str]:
+    """The names of ``rows`` in ``blob`` (name r: bytes offsets[r]:offsets[r + 1]). Topic names
+    are ASCII (Kafka's legal characters): then one decode and str slices, not 100k bytes slices
+    each decoded (a 1M-partition snapshot: ~30 ms -> ~10 ms); anything else name by name."""
+    bounds = offsets.tolist()
+    rows_list = rows.tolist()
+    if blob.isascii():
+        text = blob.decode("ascii")
+        return [text[bounds[r]:bounds[r + 1]] for r in rows_list]
+    return [blob[bounds[r]:bounds[r + 1]].decode() for r in rows_list]
 
 
 def _is_all_rows(rows: np.ndarray, total: int) -> bool:
