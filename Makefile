@@ -9,6 +9,9 @@ ETCD_STAMP := $(VENV)/.etcd-tried
 BUILD_STAMP := $(VENV)/.native-built
 NATIVE_SOURCES := $(wildcard csrc/*.pyx csrc/*.pxd csrc/*.h) $(filter-out csrc/_%.c,$(wildcard csrc/*.c))
 PYTEST := $(PY) -m pytest
+# The native build runs without isolation (editable, in place), so the venv needs pyproject's
+# [build-system] requires itself; read from there so the list is written once.
+BUILD_REQUIRES = $(shell $(PYTHON) -c 'import tomllib; print(" ".join(repr(r) for r in tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))')
 
 .PHONY: install etcd demo test test-native test-twins lint bench sim clean
 
@@ -17,7 +20,7 @@ install: $(BUILD_STAMP) $(ETCD_STAMP)
 # Third-party packages: only when pyproject.toml changes.
 $(DEPS_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip "setuptools>=77" wheel "cython>=3.0"
+	$(PIP) install -q --upgrade pip $(BUILD_REQUIRES)
 	$(PIP) install -q --no-build-isolation -e ".[test,bench,spark]"
 	touch $@
 
