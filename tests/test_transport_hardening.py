@@ -103,7 +103,7 @@ def test_size_prefix_outside_bounds_closes_before_any_body(caplog, size):
         conn.data_received(struct.pack(">i", size))
         conn.data_received(b"x" * 100)  # whatever follows is ignored
     assert conn.closed and conn.transport.closed
-    assert frames == [] and len(conn._buf) == 0
+    assert frames == [] and conn.buffered_bytes == 0
     assert _lines(caplog, "127.0.0.1:4242") == [f"closing connection from 127.0.0.1:4242: frame size {size} "
                                                 f"outside [0, 1024]"]
 
@@ -118,7 +118,66 @@ def test_frames_cut_anywhere_come_out_whole(payloads, cuts):
     for a, b in zip(edges, edges[1:], strict=False):
         conn.data_received(stream[a:b])
     assert frames == payloads
-    assert not conn.closed and len(conn._buf) == 0
+    assert not conn.closed and conn.buffered_bytes == 0
+
+
+class _SmallBufferConnection(FrameConnection):
+    READ_BUFFER_BYTES = 16  # so frames of a few hundred bytes take the large-frame path
+
+
+@settings(max_examples=60)
+@given(payloads=st.lists(st.binary(max_size=300), min_size=1, max_size=8),
+       reads=st.lists(st.integers(1, 500), min_size=1))
+def test_frames_read_into_the_buffer_in_any_sizes_come_out_whole(payloads, reads):
+    """The socket's reads (get_buffer, then buffer_updated with what was read) of any size, with
+    frames larger than the read buffer: each frame is delivered whole, in order, and a large
+    frame's own buffer is dropped once it is delivered."""
+    stream = b"".join(struct.pack(">i", len(p)) + p for p in payloads)
+    frames: list[bytes] = []
+    conn = _SmallBufferConnection("inbound", 1024, lambda c, f: frames.append(f))
+    conn.connection_made(_FakeTransport())
+    at, k = 0, 0
+    while at < len(stream):
+        room = conn.get_buffer(-1)
+        assert len(room) > 0
+        n = min(len(room), reads[k % len(reads)], len(stream) - at)
+        room[:n] = stream[at:at + n]
+        del room
+        conn.buffer_updated(n)
+        at, k = at + n, k + 1
+    assert frames == payloads
+    assert conn.buffered_bytes == 0 and len(conn._buf) == _SmallBufferConnection.READ_BUFFER_BYTES
+
+
+def test_large_frame_over_a_socket_arrives_in_few_reads():
+    """An 8 MiB frame over loopback (a Fetch answer at fetch_max_bytes) comes out whole, read
+    into a buffer of its size: far fewer reads than asyncio's 256 KiB ones would take (32)."""
+    payload = bytes(range(256)) * (8 * 4096)
+    got: list[bytes] = []
+    reads = 0
+
+    class Counting(FrameConnection):
+        def buffer_updated(self, nbytes):
+            nonlocal reads
+            reads += 1
+            super().buffer_updated(nbytes)
+
+    async def main():
+        done = asyncio.get_running_loop().create_future()
+        server = await asyncio.get_running_loop().create_server(
+            lambda: Counting("inbound", 16 << 20, lambda c, f: (got.append(f), done.set_result(None))),
+            "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(struct.pack(">i", len(payload)) + payload)
+        await writer.drain()
+        await asyncio.wait_for(done, 10)
+        writer.close()
+        server.close()
+
+    asyncio.run(main())
+    assert got == [payload]
+    assert 0 < reads < 32
 
 
 def test_data_before_connection_made_waits_for_the_transport():

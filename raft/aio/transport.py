@@ -94,15 +94,24 @@ def peer_label(address) -> str:
     return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
 
 
-class FrameConnection(asyncio.Protocol):
+class FrameConnection(asyncio.BufferedProtocol):
     """Cuts the byte stream into frames (size i32 | payload) and hands each payload to
     ``on_frame(conn, payload)``. Any failure (see the module docstring) logs one line, calls
     ``on_reject(conn, reason)`` and closes this connection only.
+
+    A buffered protocol: the socket is read straight into this connection's buffer (no bytes
+    object per read, no copy into an accumulator). Frames that fit are cut from a small buffer of
+    ``READ_BUFFER_BYTES``; a frame larger than what is left of it (a Fetch answer of up to
+    fetch_max_bytes) gets a buffer of its own size as soon as its prefix is in, so the rest of it
+    is read in as few reads as the socket allows (asyncio's own reads are 256 KiB: 32 loop
+    iterations for an 8 MiB answer, each of which may also run a bounded Raft pass).
 
     Data may arrive before ``connection_made`` (a TLS connection upgraded with start_tls delivers
     the bytes that came with the handshake's last flight first): it is buffered, not parsed,
     until there is a transport to answer on.
     """
+
+    READ_BUFFER_BYTES = 64 * 1024
 
     def __init__(self, label: str, max_frame_bytes: int, on_frame: Callable, on_lost: Callable | None = None,
                  on_reject: Callable | None = None):
@@ -112,9 +121,17 @@ class FrameConnection(asyncio.Protocol):
         self.on_lost = on_lost
         self.on_reject = on_reject
         self.transport: asyncio.Transport | None = None
-        self._buf = bytearray()
+        # bytes [_start, _end) of _buf are read and not yet cut into frames. A buffer is never
+        # resized (the transport may still hold a view of it): one that is too small is replaced.
+        self._buf = bytearray(self.READ_BUFFER_BYTES)
+        self._start = self._end = 0
         self.closed = False
         self.listener: str | None = None  # the tag of the listening socket that accepted it (RaftTransport.start)
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes read and not yet delivered as a frame (a partial frame)."""
+        return self._end - self._start
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -123,18 +140,47 @@ class FrameConnection(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self._buf and not self.closed:
-            self.data_received(b"")
+        if self._end > self._start and not self.closed:
+            self._cut_frames()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._end == len(self._buf):
+            self._make_room()
+        return memoryview(self._buf)[self._end:]
+
+    def _make_room(self) -> None:
+        """The buffer is full: move the unread bytes (a partial frame, or a prefix not yet
+        cut, before connection_made) to the front of a new buffer, twice as large if they fill it."""
+        pending = self._end - self._start
+        size = self.READ_BUFFER_BYTES if pending < self.READ_BUFFER_BYTES // 2 else 2 * max(pending, 4)
+        self._move_to(bytearray(size))
+
+    def _move_to(self, new: bytearray) -> None:
+        pending = self._end - self._start
+        new[:pending] = memoryview(self._buf)[self._start:self._end]
+        self._buf, self._start, self._end = new, 0, pending
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self.closed:  # a read that was under way when the connection closed: dropped
+            self._start = self._end = 0
+            return
+        self._end += nbytes
+        if self.transport is not None:
+            self._cut_frames()
 
     def data_received(self, data: bytes) -> None:
-        if self.closed:
-            return
-        buf = self._buf
-        buf += data
-        if self.transport is None:
-            return
+        """Bytes handed in rather than read into get_buffer (tests; the same path)."""
+        view = memoryview(data)
+        while len(view) and not self.closed:
+            room = self.get_buffer(len(view))
+            n = min(len(room), len(view))
+            room[:n] = view[:n]
+            view = view[n:]
+            self.buffer_updated(n)
+
+    def _cut_frames(self) -> None:
         # frame = size i32 (bytes that follow; 0 <= size <= max_frame_bytes) | payload
-        pos, end = 0, len(buf)
+        buf, pos, end = self._buf, self._start, self._end
         try:
             while end - pos >= 4 and not self.closed:
                 (size,) = wire.SIZE.unpack_from(buf, pos)
@@ -143,6 +189,10 @@ class FrameConnection(asyncio.Protocol):
                     self.fail(f"frame size {size} outside [0, {self.max_frame_bytes}]")
                     return
                 if end - pos - 4 < size:
+                    if pos + 4 + size > len(buf):  # it will not fit here: a buffer of its size
+                        self._start = pos
+                        self._move_to(bytearray(max(4 + size, self.READ_BUFFER_BYTES)))
+                        return
                     break
                 with memoryview(buf) as view:
                     frame = bytes(view[pos + 4:pos + 4 + size])
@@ -157,8 +207,14 @@ class FrameConnection(asyncio.Protocol):
             log.debug("frame handler failed on connection %s", self.label, exc_info=True)
             self.fail(f"unexpected {type(exc).__name__} handling a frame: {exc}", level=logging.ERROR)
             return
-        if not self.closed:
-            del buf[:pos]
+        if self.closed:
+            return
+        if pos == end and len(buf) > self.READ_BUFFER_BYTES:
+            self._buf = bytearray(self.READ_BUFFER_BYTES)  # a large frame's buffer is not kept
+            pos = end = self._end = 0
+        elif pos == end:
+            pos = end = self._end = 0
+        self._start = pos
 
     def write(self, data: bytes) -> None:
         if not self.closed and self.transport is not None:
@@ -176,19 +232,23 @@ class FrameConnection(asyncio.Protocol):
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            self._buf = bytearray()
+            self._drop_buffer()
             if self.transport is not None:
                 self.transport.close()
 
+    def _drop_buffer(self) -> None:
+        self._buf = bytearray(4)  # what a read after the close may still fill, then ignored
+        self._start = self._end = 0
+
     def connection_lost(self, exc) -> None:
-        if not self.closed and self._buf:
+        have = self.buffered_bytes
+        if not self.closed and have:
             # the peer went away inside a frame: say so once (a close between frames is normal)
-            have = len(self._buf)
-            want = wire.SIZE.unpack_from(self._buf, 0)[0] + 4 if have >= 4 else 4
+            want = wire.SIZE.unpack_from(self._buf, self._start)[0] + 4 if have >= 4 else 4
             how = f"reset ({exc})" if exc is not None else "closed by the peer"
             self.fail(f"{how} in the middle of a frame ({have} of {want} bytes)")
         self.closed = True
-        self._buf = bytearray()
+        self._drop_buffer()
         if self.on_lost is not None:
             self.on_lost(self)
 
