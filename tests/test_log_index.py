@@ -196,3 +196,35 @@ def test_time_index_only_grows(tmp_path):
     idx.seal()
     assert (tmp_path / "x.timeindex").read_bytes() == struct.pack(">qi", 1000, 5) + struct.pack(">qi", 2000, 20)
     idx.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(st.tuples(st.integers(1, 50), st.integers(0, 5000), st.integers(-1, 40)), max_size=40),
+       max_entries=st.integers(1, 30), split=st.integers(0, 40))
+def test_index_runs_write_what_entry_by_entry_appends_write(tmp_path_factory, steps, max_entries, split):
+    """OffsetIndex.append_run and TimeIndex.maybe_append_run (a far follower's append indexes a
+    few hundred entries at once) leave the same entries and bytes as append / maybe_append one
+    by one, stopping at a full index the same way; an offset that does not grow is refused."""
+    directory = tmp_path_factory.mktemp("runs")
+    fs = RealFileSystem()
+    one = [index.OffsetIndex(fs, str(directory / "a.index"), 100, max_entries * 8),
+           index.TimeIndex(fs, str(directory / "a.timeindex"), 100, max_entries * 12)]
+    run = [index.OffsetIndex(fs, str(directory / "b.index"), 100, max_entries * 8),
+           index.TimeIndex(fs, str(directory / "b.timeindex"), 100, max_entries * 12)]
+    offset, position, entries = 100, 0, []
+    for gap, size, ts in steps:
+        offset, position = offset + gap, position + size + 1
+        entries.append((offset, position, ts, offset))
+    for last, pos, ts, ts_offset in entries:
+        one[0].append(last, pos)
+        one[1].maybe_append(ts, ts_offset)
+    for part in (entries[:split], entries[split:]):  # two runs: the second continues the first
+        run[0].append_run([(e[0], e[1]) for e in part])
+        run[1].maybe_append_run([(e[2], e[3]) for e in part])
+    for a, b in zip(one, run, strict=True):
+        assert (a.entries, a.raw_entries()) == (b.entries, b.raw_entries())
+    if entries and run[0].entries < max_entries:
+        with pytest.raises(ValueError, match="does not follow"):
+            run[0].append_run([(entries[-1][0], 10**6)])
+    for i in (*one, *run):
+        i.close()

@@ -179,6 +179,18 @@ class _Index:
         self.dirty = True
         self._last = (slot, a)
 
+    def _put_run(self, slot: int, flat: list[int]) -> None:
+        """Entries slot, slot + 1, ... from ``flat`` (their fields in order), in one write."""
+        k = len(flat) // 2
+        if not self.writable:
+            self.make_writable()
+        size = self.entry.size
+        fmt = ">" + self.entry.format.lstrip(">") * k
+        self._map[slot * size:(slot + k) * size] = struct.pack(fmt, *flat)
+        self.dirty = True
+        self._last = (slot + k - 1, flat[-2])
+        self.entries = slot + k
+
     def _last_key(self, slot: int) -> int:
         """First field of entry ``slot`` (the last valid one), from the cache when it is fresh."""
         last = self._last
@@ -204,6 +216,25 @@ class OffsetIndex(_Index):
         self._put(n, rel, position)
         self.entries = n + 1
         return True
+
+    def append_run(self, pairs: list[tuple[int, int]]) -> None:
+        """``append`` of each (offset, position) in order, written in one go: a far follower's
+        append indexes a few hundred entries at once. Stops at a full index, as append does."""
+        n, base = self.entries, self.base_offset
+        room = self.max_entries - n
+        if len(pairs) > room:
+            pairs = pairs[:room]
+        if not pairs:
+            return
+        previous = self._last_key(n - 1) if n else -1
+        flat = []
+        for offset, position in pairs:
+            rel = offset - base
+            if rel <= previous:
+                raise ValueError(f"index offset {offset} does not follow {base + previous} in {self.path}")
+            flat += (rel, position)
+            previous = rel
+        self._put_run(n, flat)
 
     def last_entry(self) -> tuple[int, int]:
         """(offset, position) of the last entry; (base offset, 0) when empty."""
@@ -239,6 +270,19 @@ class TimeIndex(_Index):
     """``<base>.timeindex``: (max timestamp so far, offset) pairs, growing in both."""
 
     entry = _TIME_ENTRY
+
+    def maybe_append_run(self, pairs: list[tuple[int, int]]) -> None:
+        """``maybe_append`` of each (timestamp, offset) in order, written in one go."""
+        n = self.entries
+        room = self.max_entries - n
+        latest = self._last_key(n - 1) if n else -1
+        flat = []
+        for timestamp, offset in pairs:
+            if timestamp > latest and len(flat) < 2 * room:
+                flat += (timestamp, offset - self.base_offset)
+                latest = timestamp
+        if flat:
+            self._put_run(n, flat)
 
     def maybe_append(self, timestamp: int, offset: int) -> bool:
         """Add (timestamp, offset) when the timestamp grew past the last entry (-1 when empty)."""

@@ -193,9 +193,13 @@ class Segment:
         entries, self.bytes_since_last_index_entry, self.max_timestamp, self.offset_of_max_timestamp = \
             batch_fields.index_entries(fields, n, self.index_interval_bytes, self.bytes_since_last_index_entry,
                                        self.max_timestamp, self.offset_of_max_timestamp)
-        for last, position, max_ts, max_ts_offset in entries:
+        if len(entries) == 1:
+            last, position, max_ts, max_ts_offset = entries[0]
             self.offset_index.append(last, position)
             self.time_index.maybe_append(max_ts, max_ts_offset)
+        elif entries:
+            self.offset_index.append_run([(e[0], e[1]) for e in entries])
+            self.time_index.maybe_append_run([(e[2], e[3]) for e in entries])
 
     def rollback(self) -> None:
         """Cut the file back to ``size`` after a failed write (raises OSError if that fails too)."""
