@@ -79,7 +79,10 @@ class DriverConfig:
     max_batch_bytes: int = 1 << 20  # payload bytes per appended batch
     max_queued_records: int = 1_000_000  # proposals beyond this are refused (backpressure)
     polls_per_run_max: int = 16  # Readies acted on per wake-up before yielding to the loop
-    pass_budget_ms: int = 20  # a wake-up polls no more Readies after this long (I/O runs in between)
+    # a wake-up polls no more Readies after this long (I/O runs in between): about two delivery
+    # pieces, so a far follower replaying one Fetch answer reads the next within a few ms
+    # (20 ms left it waiting behind the replay: catch-up ~25% slower)
+    pass_budget_ms: int = 4
 
 
 # resolve((base offset, last offset), None) once committed, or resolve(None, NotLeaderError)
