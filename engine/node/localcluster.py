@@ -130,8 +130,8 @@ class LocalCluster(abc.ABC):
 
 
 async def wait_until(predicate, timeout_s: float, what: str, *, error: type[Exception] = AssertionError,
-                     transient_errors: bool = True):
-    """Poll ``predicate`` (async) every 50 ms until it returns something true, and return that.
+                     transient_errors: bool = True, poll_s: float = 0.05):
+    """Poll ``predicate`` (async) every ``poll_s`` until it returns something true, and return that.
     With ``transient_errors``, a predicate that raises OSError, ClientError or TimeoutError (a node
     restarting, a connection lost) counts as not yet; without, it propagates at once. ``error``
     (naming ``what`` and the last value or failure) at the deadline."""
@@ -149,5 +149,5 @@ async def wait_until(predicate, timeout_s: float, what: str, *, error: type[Exce
         else:
             if last:
                 return last
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(poll_s)
     raise error(f"{what} not reached within {timeout_s} s (last: {last!r})")
