@@ -1085,3 +1085,17 @@ def test_tls_settings_errors_name_the_flag_and_file(pki, tmp_path):
     # a file that exists but fails to read (EIO at offset 0, even for root)
     with pytest.raises(tls.TlsConfigError, match="--tls-key /proc/self/mem: cannot be read"):
         tls.server_context(argparse.Namespace(**{**good, "tls_key": "/proc/self/mem"}))
+
+
+def test_a_large_frame_is_written_without_a_copy_of_its_unsent_tail():
+    """FrameConnection.write hands a large bytes frame to the transport as a memoryview (asyncio
+    keeps ``data[sent:]`` of what the socket did not take: a copy for bytes, none for a view);
+    small frames and mutable buffers go as they are."""
+    conn, _ = _frame_conn()
+    handed = []
+    conn.transport.write = handed.append
+    large, small, mutable = bytes(FrameConnection.READ_BUFFER_BYTES + 1), b"x" * 10, bytearray(1 << 20)
+    for data in (large, small, mutable):
+        conn.write(data)
+    assert type(handed[0]) is memoryview and handed[0].obj is large
+    assert handed[1] is small and handed[2] is mutable

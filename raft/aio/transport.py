@@ -218,7 +218,12 @@ class FrameConnection(asyncio.BufferedProtocol):
 
     def write(self, data: bytes) -> None:
         if not self.closed and self.transport is not None:
-            self.transport.write(data)
+            # what the socket does not take at once asyncio keeps as data[sent:]: a copy of the
+            # rest of a large frame (most of an 8 MiB Fetch answer) before its own buffer's copy;
+            # a memoryview's slice is not one (of immutable bytes only: a TLS transport keeps what
+            # it is given until it is sent)
+            large = len(data) > self.READ_BUFFER_BYTES and type(data) is bytes
+            self.transport.write(memoryview(data) if large else data)
 
     def fail(self, why: str, *, level: int = logging.WARNING) -> None:
         """Close this connection because of ``why``, with the one log line that says so."""
