@@ -4,7 +4,8 @@ operation sequences), survives a reopen with its start epoch, and stores LeaderC
 control record; the quorum-state file is Kafka's JSON and replaced atomically; the file snapshot
 store verifies sizes; and three RaftNodes (core + driver + TCP transport + engine log) on one
 event loop over loopback elect a leader, batch proposals, commit on every node, refuse proposals
-on followers, and close only a connection that sends an oversized frame.
+on followers, and close only a connection that sends an oversized frame. A driver pass stops
+polling its budget after its first Ready (a backlog's pieces yield to the sockets).
 """
 
 from __future__ import annotations
@@ -369,5 +370,55 @@ def test_the_driver_decides_what_a_failing_step_costs():
         core.raises = None
         driver.on_envelope(object())  # a stopped driver takes nothing more
         assert fatal == [driver.failure]
+
+    asyncio.run(scenario())
+
+
+def test_a_pass_polls_for_its_budget_after_the_first_ready(monkeypatch):
+    """The pass budget (4 ms) counts from the end of the first Ready, which persists what woke
+    the pass: a slow fsync there does not end the pass (a commit would pay a loop iteration more),
+    and delivery pieces after it stop once the budget is spent, with a timer for the next loop
+    iteration (after the sockets are read: a far follower takes its next Fetch answer)."""
+    from kraftlog.raft.aio import driver as driver_module
+    from kraftlog.raft.ready import Commit, Ready
+
+    now_ns = [0]
+    monkeypatch.setattr(driver_module, "time", type("Clock", (), {"monotonic_ns": staticmethod(lambda: now_ns[0])}))
+
+    class Core:
+        node_id, role, epoch, leader_id = 1, Role.FOLLOWER, 1, 2
+
+        def poll(self):  # always more to deliver: a backlog
+            return Ready(None, True, (), (Commit(object()),), 10**12)
+
+    class Log:
+        flushes = 0
+
+        def flush(self):
+            self.flushes += 1
+            if self.flushes == 1:
+                now_ns[0] += 10_000_000  # the first Ready's fsync: 10 ms, over the budget
+
+    class Listener:
+        def handle_commit(self, batch):
+            now_ns[0] += 3_000_000  # one delivery piece: 3 ms
+
+    class Channel:
+        on_envelope = on_produce = None
+
+        def send(self, envelope):
+            raise AssertionError("nothing to send")
+
+    async def scenario():
+        driver = driver_module.RaftDriver(Core(), log=Log(), quorum_store=None, snapshots=None,
+                                          listener=Listener(), channel=Channel())
+        driver._loop = asyncio.get_running_loop()
+        driver._pass()
+        try:
+            # Ready 1 (10 ms + 3 ms), Ready 2 (3 ms after it: within 4), Ready 3 (6 ms: spent)
+            assert driver.polls == 3
+            assert driver._timer_at_ms == 0  # the rest in the next loop iteration
+        finally:
+            driver._timer.cancel()
 
     asyncio.run(scenario())
