@@ -5,6 +5,7 @@ that the OffsetIndex / TimeIndex files follow Kafka's layout (big-endian i32/i32
 from __future__ import annotations
 
 import array
+import os
 import bisect
 import struct
 
@@ -181,6 +182,26 @@ def test_offset_index_file_round_trip(tmp_path):
     again.load_trimmed()
     assert again.entries == 3 and again.last_entry() == (114, 8192)
     again.close()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads the mapping's flags from Linux's /proc")
+def test_a_writable_index_is_mapped_without_read_ahead(tmp_path):
+    """The active segment's index files are sparse past their entries: their maps are advised
+    random access (VmFlags "rr"), so the first entry written does not read megabytes of zeros
+    ahead into the page cache (2-2.5 ms per index with an 8 MiB read_ahead_kb)."""
+    fs = RealFileSystem()
+    path = str(tmp_path / "00000000000000000000.index")
+    idx = index.OffsetIndex(fs, path, 0, 10 << 20)
+    idx.make_writable()
+    try:
+        assert idx.append(0, 0)
+        with open("/proc/self/smaps") as smaps:
+            blocks = smaps.read().split("\n")
+        at = next(i for i, line in enumerate(blocks) if line.endswith(path))
+        flags = next(line for line in blocks[at:] if line.startswith("VmFlags:")).split()[1:]
+        assert "rr" in flags
+    finally:
+        idx.close()
 
 
 def test_time_index_only_grows(tmp_path):

@@ -25,6 +25,7 @@ rebuilt from the log (see recovery.py), as Kafka does.
 
 from __future__ import annotations
 
+import mmap
 import struct
 
 from kraftlog._accel import select
@@ -116,6 +117,11 @@ class _Index:
         self._handle.truncate(self.max_entries * self.entry.size)
         self.dirty = True
         self._map = self._handle.map(self.max_entries * self.entry.size, writable=True)
+        # The file is sparse past its entries: without this, the first fault (the first entry
+        # written) reads ahead into it, zero-filling up to the device's read_ahead_kb of page
+        # cache (8 MiB here: ~2.5 ms per index, 5 ms of a new segment's first append)
+        if hasattr(self._map, "madvise") and hasattr(mmap, "MADV_RANDOM"):
+            self._map.madvise(mmap.MADV_RANDOM)
         self.writable = True
 
     def seal(self) -> None:
