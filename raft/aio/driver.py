@@ -289,6 +289,12 @@ class RaftDriver:
             if ready.is_empty:
                 break
             now_ns = time.monotonic_ns()
+            if ready.deliveries and ready.next_poll_ms <= now_ns // 1_000_000:
+                # a piece of a committed backlog, and more to come: the next piece waits one loop
+                # iteration, in which the sockets are read (a far follower's next Fetch answer
+                # arrives in reads of the kernel's socket buffer, ~2 MiB, one per iteration)
+                out_of_time = True
+                break
             if not give_up_ns:
                 # the budget bounds the polls after the first, which persists and answers what
                 # woke the pass: its fsync alone may outlast a 4 ms budget, and a commit would
