@@ -87,20 +87,25 @@ def test_engine_log_answers_like_the_simulators_log(tmp_path_factory, ops):
         ours.close()
 
 
-def test_a_follower_append_larger_than_one_log_append_is_taken_whole(tmp_path):
+@pytest.mark.parametrize("as_run", [False, True])  # LogBatch values, or a Fetch answer's run (its views)
+def test_a_follower_append_larger_than_one_log_append_is_taken_whole(tmp_path, as_run):
     """A Fetch answer may carry more batches than one engine-log append takes
-    (max_batches_per_append): the adapter appends all of them, in order, and reads them back."""
+    (max_batches_per_append): the adapter appends all of them, in order, and reads them back
+    (a run's slices byte for byte as they came)."""
     from kraftlog.engine.log.log import LogConfig
     from kraftlog.engine.node.raftlog import RAFT_LOG_CONFIG
 
     config = LogConfig(**{**RAFT_LOG_CONFIG.__dict__, "max_batches_per_append": 7})
     log = EngineRaftLog(tmp_path / "log", FileSnapshotStore(tmp_path / "snapshots"), config)
     batches = [LogBatch(i, 1 + i // 20, (b"v%d" % i,)) for i in range(50)]
-    assert tuple(log.append_as_follower(batches, 3)) == (0, 49)
+    sent = wire.encode_batches(batches)
+    assert tuple(log.append_as_follower(wire.split_batches(sent) if as_run else batches, 3)) == (0, 49)
     log.flush()
     back = log.read(0, 1 << 20)
     assert [(b.base_offset, b.epoch, tuple(b.records)) for b in back] == \
         [(b.base_offset, b.epoch, b.records) for b in batches]
+    if as_run:  # LogBatch values are built again at the append (their timestamps are its own)
+        assert bytes(back.raw) == sent
     log.close()
 
 
@@ -420,5 +425,54 @@ def test_a_pass_polls_for_its_budget_after_the_first_ready(monkeypatch):
             assert driver._timer_at_ms == 0  # the rest in the next loop iteration
         finally:
             driver._timer.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_a_pass_ends_after_a_piece_of_a_backlog(monkeypatch):
+    """A Ready that delivers a piece of a committed backlog and asks to be polled again at once
+    ends the pass, budget or not: the next piece runs in the next loop iteration, after the
+    sockets are read (a far follower's next Fetch answer is not read behind two or three pieces
+    of replay). A Ready that delivers without a backlog (a commit) does not end it."""
+    from kraftlog.raft.aio import driver as driver_module
+    from kraftlog.raft.ready import Commit, Ready
+
+    now_ns = [5_000_000_000]
+    monkeypatch.setattr(driver_module, "time", type("Clock", (), {"monotonic_ns": staticmethod(lambda: now_ns[0])}))
+
+    class Core:
+        node_id, role, epoch, leader_id = 1, Role.FOLLOWER, 1, 2
+        backlog = True
+        polls = 0
+
+        def poll(self):
+            self.polls += 1
+            if self.polls > 3:
+                return Ready(None, False, (), (), 10**12)
+            # "poll again at once" is a next poll time at or before now
+            return Ready(None, False, (), (Commit(object()),), 0 if self.backlog else 10**12)
+
+    class Listener:
+        def handle_commit(self, batch):
+            now_ns[0] += 100_000  # a short piece: 0.1 ms, far within the budget
+
+    class Channel:
+        on_envelope = on_produce = None
+
+        def send(self, envelope):
+            raise AssertionError("nothing to send")
+
+    async def scenario():
+        for backlog, polls, timer_at_ms in ((True, 1, 0), (False, 4, 10**12)):
+            core = Core()
+            core.backlog = backlog
+            driver = driver_module.RaftDriver(core, log=None, quorum_store=None, snapshots=None,
+                                              listener=Listener(), channel=Channel())
+            driver._loop = asyncio.get_running_loop()
+            driver._pass()
+            try:
+                assert (driver.polls, driver._timer_at_ms) == (polls, timer_at_ms)
+            finally:
+                driver._timer.cancel()
 
     asyncio.run(scenario())

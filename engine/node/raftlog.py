@@ -130,15 +130,19 @@ class EngineRaftLog:
         # batches), more than one log append takes (max_batches_per_append): append in slices, so
         # a follower any distance behind catches up. A slice that fails leaves the earlier ones
         # appended, which is a valid (shorter) log; nothing is durable before the next flush.
+        # A run's slices are handed over as views of the Fetch answer: the log's pwrite is their
+        # one copy (encode_batches would copy each slice into bytes first).
         step = self.log.config.max_batches_per_append
+        as_run = isinstance(batches, BatchRun)
         first = None
         for at in range(0, len(batches), step):
-            info = self.log.append_as_follower(encode_batches(batches[at:at + step]))
+            part = batches[at:at + step]
+            info = self.log.append_as_follower(part.raw if as_run else encode_batches(part))
             first = info.first_offset if first is None else first
         if first is None:
             raise ValueError("an append needs at least one batch")
         # the fetched bytes are an immutable frame (the transport copies each one out of its buffer)
-        if isinstance(batches, BatchRun):
+        if as_run:
             self._tail.appended(batches)
         else:
             self._tail.clear()
