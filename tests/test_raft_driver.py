@@ -433,7 +433,8 @@ def test_a_pass_ends_after_a_piece_of_a_backlog(monkeypatch):
     """A Ready that delivers a piece of a committed backlog and asks to be polled again at once
     ends the pass, budget or not: the next piece runs in the next loop iteration, after the
     sockets are read (a far follower's next Fetch answer is not read behind two or three pieces
-    of replay). A Ready that delivers without a backlog (a commit) does not end it."""
+    of replay), or 1 ms later while an answer is half read (the loop reads the rest meanwhile).
+    A Ready that delivers without a backlog (a commit) does not end it."""
     from kraftlog.raft.aio import driver as driver_module
     from kraftlog.raft.ready import Commit, Ready
 
@@ -458,16 +459,23 @@ def test_a_pass_ends_after_a_piece_of_a_backlog(monkeypatch):
 
     class Channel:
         on_envelope = on_produce = None
+        receiving = False
 
         def send(self, envelope):
             raise AssertionError("nothing to send")
 
+        def receiving_response(self):
+            return self.receiving
+
     async def scenario():
-        for backlog, polls, timer_at_ms in ((True, 1, 0), (False, 4, 10**12)):
-            core = Core()
-            core.backlog = backlog
+        # a backlog: one piece, the next in the next loop iteration (timer at 0), or 1 ms later
+        # while an answer is half read (DriverConfig.receive_wait_ms); no backlog: polls go on
+        for backlog, receiving, polls, timer_at_ms in ((True, False, 1, 0), (True, True, 1, 5_000 + 1),
+                                                       (False, False, 4, 10**12)):
+            core, channel = Core(), Channel()
+            core.backlog, channel.receiving = backlog, receiving
             driver = driver_module.RaftDriver(core, log=None, quorum_store=None, snapshots=None,
-                                              listener=Listener(), channel=Channel())
+                                              listener=Listener(), channel=channel)
             driver._loop = asyncio.get_running_loop()
             driver._pass()
             try:

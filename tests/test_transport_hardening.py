@@ -192,6 +192,24 @@ def test_data_before_connection_made_waits_for_the_transport():
     assert frames == [b"abc", b"z"]
 
 
+def test_a_half_read_answer_is_reported_until_it_is_whole():
+    """RaftTransport.receiving_response says whether an answer on a peer link is partly read
+    (the driver holds its next delivery piece back meanwhile): not before a byte came, yes
+    from the first bytes of a frame on, no again once the frame was cut out."""
+    transport = RaftTransport(1, {1: ("127.0.0.1", 1), 2: ("127.0.0.1", 2), 3: ("127.0.0.1", 3)})
+    conn, frames = _frame_conn(max_frame_bytes=1 << 20)
+    assert not transport.receiving_response()  # no connection yet
+    transport.links[3].conn = conn
+    assert not transport.receiving_response()
+    frame = struct.pack(">i", 200_000) + bytes(200_000)
+    conn.data_received(frame[:2])
+    assert transport.receiving_response()  # a prefix, not yet whole
+    conn.data_received(frame[2:150_000])
+    assert transport.receiving_response() and frames == []
+    conn.data_received(frame[150_000:])
+    assert len(frames) == 1 and not transport.receiving_response()
+
+
 @pytest.mark.parametrize("received,want", [(b"\x00\x00", 4), (struct.pack(">i", 10) + b"abc", 14)])
 def test_peer_gone_mid_frame_logs_once(caplog, received, want):
     """EOF inside a size prefix or a body: one line saying how much of the frame had come."""

@@ -570,6 +570,11 @@ class RaftTransport:
         return dataclasses.replace(body, nodes=tuple((n, host, port) for n, (host, port)
                                                      in sorted(self.voter_addresses.items())))
 
+    def receiving_response(self) -> bool:
+        """Whether an answer from a peer is partly read (a Fetch answer of megabytes comes in
+        several reads): the driver holds its next delivery piece back a little meanwhile."""
+        return any(link.conn is not None and link.conn.buffered_bytes for link in self.links.values())
+
     def deliver(self, env: Envelope) -> None:
         if log.isEnabledFor(logging.DEBUG):
             log.debug("node %d receives %s", self.node_id, env)
