@@ -135,8 +135,9 @@ class EngineRaftLog:
         step = self.log.config.max_batches_per_append
         as_run = isinstance(batches, BatchRun)
         first = None
+        whole = len(batches) <= step  # a commit's append: one slice, the run itself (no slicing of its arrays)
         for at in range(0, len(batches), step):
-            part = batches[at:at + step]
+            part = batches if whole else batches[at:at + step]
             info = self.log.append_as_follower(part.raw if as_run else encode_batches(part))
             first = info.first_offset if first is None else first
         if first is None:
