@@ -5,8 +5,8 @@ that the OffsetIndex / TimeIndex files follow Kafka's layout (big-endian i32/i32
 from __future__ import annotations
 
 import array
-import os
 import bisect
+import os
 import struct
 
 import crc32c as reference_crc
