@@ -21,10 +21,13 @@ the unit harness use too): persist -> send -> apply, the leader's Fetch response
 flush when no election state changes, runs of commits to the listener in bulk.
 
 A wake-up never holds the loop for long: it stops polling ``pass_budget_ms`` after its first
-Ready is acted on (or after ``polls_per_run_max`` Readies) and, when the core has more to
-deliver, runs again in the next loop iteration, after the sockets have been read. So a node
-applying a long backlog (a restart, a far follower, a 100,000-record fencing) keeps answering
-Fetches and votes meanwhile, and the core's per-poll delivery bounds (``deliveries_max_batches``,
+Ready is acted on (or after ``polls_per_run_max`` Readies), and right after a Ready that
+delivered a piece of a committed backlog (the core asks to be polled again at once); it runs
+again in the next loop iteration, after the sockets have been read, or ``receive_wait_ms`` later
+while a peer's answer is half read (the loop reads the rest as it comes and steps it at once).
+So a node applying a long backlog (a restart, a far follower, a 100,000-record fencing) keeps
+answering Fetches and votes meanwhile, a far follower reads its next Fetch answer between two
+pieces of replay, and the core's per-poll delivery bounds (``deliveries_max_batches``,
 ``deliveries_max_records``) bound each piece.
 
 A proposal's outcome is unknown when this node stops leading before the high watermark passes
@@ -79,9 +82,8 @@ class DriverConfig:
     max_batch_bytes: int = 1 << 20  # payload bytes per appended batch
     max_queued_records: int = 1_000_000  # proposals beyond this are refused (backpressure)
     polls_per_run_max: int = 16  # Readies acted on per wake-up before yielding to the loop
-    # a wake-up polls no more Readies after this long (I/O runs in between): about two delivery
-    # pieces, so a far follower replaying one Fetch answer reads the next within a few ms
-    # (20 ms left it waiting behind the replay: catch-up ~25% slower)
+    # a wake-up polls no more Readies after this long (I/O runs in between); a delivery piece of
+    # a backlog ends it sooner (see the module docstring)
     pass_budget_ms: int = 4
     # a pass that left delivery pieces for later while a peer's answer is half read (a Fetch
     # answer of megabytes arrives in reads of the socket buffer, ~2 MiB) runs the next piece this
