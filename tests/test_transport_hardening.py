@@ -192,6 +192,28 @@ def test_data_before_connection_made_waits_for_the_transport():
     assert frames == [b"abc", b"z"]
 
 
+@pytest.mark.parametrize("lend", [False, True])
+def test_a_large_frame_is_lent_as_a_view_only_when_asked(lend):
+    """With lend_large_frames (a peer link's responses), a frame that fills a buffer of its own
+    comes out as a read-only view of it, equal to the payload and unchanged by what the
+    connection reads next (that buffer is never refilled); small frames, and every frame without
+    the option, come out as bytes."""
+    frames: list = []
+    conn = FrameConnection("to a peer", 1 << 22, lambda c, f: frames.append(f), lend_large_frames=lend)
+    conn.connection_made(_FakeTransport())
+    large = bytes(range(256)) * 1000  # 256,000 bytes: more than READ_BUFFER_BYTES
+    conn.data_received(struct.pack(">i", 3) + b"abc" + struct.pack(">i", len(large)) + large[:100_000])
+    conn.data_received(large[100_000:])
+    conn.data_received(struct.pack(">i", len(large)) + bytes(len(large)))  # the next frame: zeros
+    assert [bytes(f) for f in frames] == [b"abc", large, bytes(len(large))]
+    assert type(frames[0]) is bytes
+    if lend:
+        assert type(frames[1]) is memoryview and frames[1].readonly
+    else:
+        assert type(frames[1]) is bytes
+    assert bytes(frames[1]) == large  # still the first frame's bytes after the second was read
+
+
 def test_a_half_read_answer_is_reported_until_it_is_whole():
     """RaftTransport.receiving_response says whether an answer on a peer link is partly read
     (the driver holds its next delivery piece back meanwhile): not before a byte came, yes

@@ -114,10 +114,15 @@ class FrameConnection(asyncio.BufferedProtocol):
     READ_BUFFER_BYTES = 64 * 1024
 
     def __init__(self, label: str, max_frame_bytes: int, on_frame: Callable, on_lost: Callable | None = None,
-                 on_reject: Callable | None = None):
+                 on_reject: Callable | None = None, *, lend_large_frames: bool = False):
         self.label = label
         self.max_frame_bytes = max_frame_bytes
         self.on_frame = on_frame
+        # A frame that fills a buffer of its own (larger than READ_BUFFER_BYTES) is handed over as a
+        # read-only view of that buffer, which this connection then drops and never writes again,
+        # instead of a copy (a follower's 8 MiB Fetch answer: ~2.5 ms). Only for handlers that take
+        # any bytes-like frame (a peer link's responses); others get bytes.
+        self.lend_large_frames = lend_large_frames
         self.on_lost = on_lost
         self.on_reject = on_reject
         self.transport: asyncio.Transport | None = None
@@ -194,8 +199,11 @@ class FrameConnection(asyncio.BufferedProtocol):
                         self._move_to(bytearray(max(4 + size, self.READ_BUFFER_BYTES)))
                         return
                     break
-                with memoryview(buf) as view:
-                    frame = bytes(view[pos + 4:pos + 4 + size])
+                if self.lend_large_frames and pos == 0 and 4 + size == len(buf) > self.READ_BUFFER_BYTES:
+                    frame = memoryview(buf).toreadonly()[4:]  # the buffer is replaced below, never refilled
+                else:
+                    with memoryview(buf) as view:
+                        frame = bytes(view[pos + 4:pos + 4 + size])
                 pos += 4 + size
                 self.on_frame(self, frame)
         except wire.WireFormatError as exc:
@@ -323,7 +331,7 @@ class _PeerLink:
         cfg, owner = self.owner.config, self.owner
         loop = asyncio.get_running_loop()
         timeout_s = cfg.connect_timeout_ms / 1000
-        conn = FrameConnection(label, cfg.max_frame_bytes, self._on_frame, self._on_lost)
+        conn = FrameConnection(label, cfg.max_frame_bytes, self._on_frame, self._on_lost, lend_large_frames=True)
         if owner.client_ssl is None:
             await asyncio.wait_for(loop.create_connection(lambda: conn, *self.address), timeout_s)
             return conn
@@ -343,7 +351,8 @@ class _PeerLink:
         if request is None:
             return  # an answer to a request from before a reconnect
         body = hot_codec.decode_fetch_response(frame) if type(request) is FetchRequest else None
-        if body is None:  # not a Fetch, or one in a shape hot_codec leaves to kio
+        if body is None:  # not a Fetch, or one in a shape hot_codec leaves to kio (which reads bytes)
+            frame = bytes(frame)  # a large frame comes lent as a view (FrameConnection.lend_large_frames)
             check_response_lengths(frame, wire.APIS[type(request)].response)
             corr, body = wire.decode_response_body(frame, request)
         self.owner.deliver(Envelope(self.peer_id, self.owner.node_id, corr, body))
