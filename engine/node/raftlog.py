@@ -142,7 +142,8 @@ class EngineRaftLog:
             first = info.first_offset if first is None else first
         if first is None:
             raise ValueError("an append needs at least one batch")
-        # the fetched bytes are an immutable frame (the transport copies each one out of its buffer)
+        # the fetched bytes are an immutable frame (the transport copies each one out of its buffer,
+        # or lends a large one's own buffer, which it never refills: FrameConnection.lend_large_frames)
         if as_run:
             self._tail.appended(batches)
         else:
