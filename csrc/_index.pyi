@@ -21,6 +21,10 @@ def stamp_write(
     src: Buffer, headers: Buffer, verify_crc: bool, next_offset: int, epoch: int, out: Buffer, slot: int,
     position: int, fd: int, max_last_offset: int, max_batches: int,
 ) -> tuple[int, int, int]: ...
+def index_run(
+    fields: Buffer, n: int, base_offset: int, index_interval_bytes: int, since: int, max_ts: int,
+    max_ts_offset: int, last_time_ts: int, offset_out: Buffer, time_out: Buffer,
+) -> tuple[int, int, int, int, int, int]: ...
 def build_indexes(
     positions: Buffer, sizes: Buffer, last_offsets: Buffer, max_timestamps: Buffer, base_offset: int,
     index_interval_bytes: int, offset_buf: Buffer, time_buf: Buffer,

@@ -264,6 +264,48 @@ def build_indexes(const int64_t[::1] positions, const int64_t[::1] sizes, const 
     return n_off, n_time, since, max_ts, max_ts_offset
 
 
+def index_run(const int64_t[::1] fields, Py_ssize_t n, int64_t base_offset, int64_t index_interval_bytes,
+              int64_t since, int64_t max_ts, int64_t max_ts_offset, int64_t last_time_ts,
+              unsigned char[::1] offset_out, unsigned char[::1] time_out):
+    """build_indexes' rule over an append's batches 0..n-1 as check_batches described them
+    (``fields``: FIELDS int64 a batch, positions already in the segment), carrying on from the
+    segment's state: ``since`` bytes since its last entry, its max timestamp and that
+    timestamp's offset, and the timestamp of its last time entry (-1: none). A batch gets an
+    offset entry (its last offset, its position) when more than ``index_interval_bytes`` were
+    written since the previous one, and a time entry (max timestamp so far, the offset that
+    reached it) at the same moment when that timestamp grew past the last time entry. Entries
+    go to the output buffers until each is full (the room left in each index). Returns (offset
+    entries, time entries, since, max timestamp, its offset, last time entry's timestamp)."""
+    if n < 0 or n * FIELDS > fields.shape[0]:
+        raise ValueError(f"{n} batches do not fit in {fields.shape[0]} fields")
+    cdef Py_ssize_t off_cap = offset_out.shape[0] // OFFSET_ENTRY, time_cap = time_out.shape[0] // TIME_ENTRY
+    cdef Py_ssize_t n_off = 0, n_time = 0, i
+    cdef const int64_t *row
+    cdef int64_t last
+    cdef unsigned char *ob = &offset_out[0] if offset_out.shape[0] else NULL
+    cdef unsigned char *tb = &time_out[0] if time_out.shape[0] else NULL
+    with nogil:
+        for i in range(n):
+            row = &fields[i * FIELDS]
+            last = row[2] + row[3]
+            if row[4] > max_ts:
+                max_ts = row[4]
+                max_ts_offset = last
+            if since > index_interval_bytes:
+                if n_off < off_cap:
+                    kl_store_be32(ob + n_off * OFFSET_ENTRY, <uint32_t>(last - base_offset))
+                    kl_store_be32(ob + n_off * OFFSET_ENTRY + 4, <uint32_t>row[0])
+                    n_off += 1
+                if n_time < time_cap and max_ts > last_time_ts:
+                    kl_store_be64(tb + n_time * TIME_ENTRY, <uint64_t>max_ts)
+                    kl_store_be32(tb + n_time * TIME_ENTRY + 8, <uint32_t>(max_ts_offset - base_offset))
+                    n_time += 1
+                    last_time_ts = max_ts
+                since = 0
+            since += row[1]
+    return n_off, n_time, since, max_ts, max_ts_offset, last_time_ts
+
+
 cdef int stamp_status_error(int status, int64_t pos, Py_ssize_t capacity) except -1:
     if status == 1:
         raise CorruptRecordError("malformed or truncated batch header", position=pos)

@@ -249,3 +249,57 @@ def test_index_runs_write_what_entry_by_entry_appends_write(tmp_path_factory, st
             run[0].append_run([(entries[-1][0], 10**6)])
     for i in (*one, *run):
         i.close()
+
+
+@st.composite
+def described_runs(draw):
+    """check_batches rows (position, size, base offset, last offset delta, max timestamp, epoch) of
+    consecutive batches of a segment at base 100, and where an append boundary falls."""
+    rows, position, offset, ts = [], 0, 100, -1
+    for _ in range(draw(st.integers(0, 120))):
+        size, delta = draw(st.integers(61, 900)), draw(st.integers(0, 3))
+        ts = draw(st.one_of(st.just(-1), st.integers(ts - 5, ts + 50)))
+        rows.append((position, size, offset, delta, ts, 1))
+        position, offset = position + size, offset + delta + 1
+    return rows, draw(st.integers(0, len(rows)))
+
+
+@settings(max_examples=80, deadline=None)
+@given(described_runs(), st.integers(0, 3000), st.integers(1, 40))
+def test_a_long_run_is_indexed_natively_as_short_runs_are_in_python(tmp_path_factory, run, interval, max_entries):
+    """Segment.commit_batches indexes a long run (more than SMALL_RUN_BATCHES: a far follower's
+    append) with index_run in one native pass, a short one with index_entries + append_run: the
+    same entries, bytes and state (bytes since the last entry, max timestamp and its offset),
+    appends continuing each other and stopping at a full index alike; index_run's twins agree."""
+    import array as array_module
+
+    from kraftlog.engine.log.segment import Segment
+    from kraftlog.engine.records.layout import SMALL_RUN_BATCHES
+
+    rows, cut = run
+    directory = tmp_path_factory.mktemp("commit")
+    fs = RealFileSystem()
+    segments = []
+    for name, step in (("short", SMALL_RUN_BATCHES), ("long", None)):
+        os.makedirs(directory / name)
+        seg = Segment(fs, str(directory / name), 100, index_interval_bytes=interval,
+                      max_index_bytes=max_entries * 12, create=True)
+        for part in (rows[:cut], rows[cut:]):  # two appends, the second continuing the first
+            for at in range(0, len(part), step or max(1, len(part))):
+                chunk = part[at:at + step] if step else part  # a short whole part: Python in both
+                fields = array_module.array("q", [v for row in chunk for v in row])
+                seg.commit_batches(fields, len(chunk))
+        segments.append(seg)
+    short, long = segments
+    assert (short.bytes_since_last_index_entry, short.max_timestamp, short.offset_of_max_timestamp) == \
+        (long.bytes_since_last_index_entry, long.max_timestamp, long.offset_of_max_timestamp)
+    for a, b in ((short.offset_index, long.offset_index), (short.time_index, long.time_index)):
+        assert (a.entries, a.raw_entries()) == (b.entries, b.raw_entries())
+    fields = array_module.array("q", [v for row in rows for v in row])
+    outputs = []
+    for impl in (index, pure):
+        ob, tb = bytearray(8 * max_entries), bytearray(12 * max_entries)
+        outputs.append((impl.index_run(fields, len(rows), 100, interval, 7, 3, 101, 2, ob, tb), bytes(ob), bytes(tb)))
+    assert outputs[0] == outputs[1]
+    for seg in segments:
+        seg.close()

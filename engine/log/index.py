@@ -46,6 +46,7 @@ stamp_headers = _impl.stamp_headers
 write_stamped = _impl.write_stamped
 stamp_write = _impl.stamp_write
 build_indexes = _impl.build_indexes
+index_run = _impl.index_run
 
 CHECK_FIELDS = 6  # check_batches: position, size, base_offset, last_offset_delta, max_timestamp, epoch
 
@@ -196,6 +197,28 @@ class _Index:
         self.dirty = True
         self._last = (slot + k - 1, flat[-2])
         self.entries = slot + k
+
+    @property
+    def room(self) -> int:
+        """Entries the file can still take."""
+        return self.max_entries - self.entries
+
+    def last_key(self, default: int) -> int:
+        """The first field of the last entry (a relative offset, a timestamp), ``default`` when empty."""
+        return self._last_key(self.entries - 1) if self.entries else default
+
+    def put_entries(self, raw, k: int) -> None:
+        """Append the ``k`` whole entries laid out at the start of ``raw`` (index_run's output), in
+        one write; none: the file is left as it is."""
+        if not k:
+            return
+        if not self.writable:
+            self.make_writable()
+        n, size = self.entries, self.entry.size
+        self._map[n * size:(n + k) * size] = memoryview(raw)[:k * size]
+        self.dirty = True
+        self.entries = n + k
+        self._last = None
 
     def _last_key(self, slot: int) -> int:
         """First field of entry ``slot`` (the last valid one), from the cache when it is fresh."""

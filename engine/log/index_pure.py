@@ -273,6 +273,31 @@ def stamp_write(src, headers, verify_crc: bool, next_offset: int, epoch: int, ou
     return n, last, max_ts
 
 
+def index_run(fields, n: int, base_offset: int, index_interval_bytes: int, since: int, max_ts: int,
+              max_ts_offset: int, last_time_ts: int, offset_out, time_out) -> tuple[int, int, int, int, int, int]:
+    """build_indexes' rule over an append's described batches, from the segment's state (see the native doc)."""
+    if n < 0 or n * FIELDS > len(fields):
+        raise ValueError(f"{n} batches do not fit in {len(fields)} fields")
+    off_cap, time_cap = len(offset_out) // OFFSET_ENTRY, len(time_out) // TIME_ENTRY
+    n_off = n_time = 0
+    for i in range(n):
+        position, size, base, delta, timestamp = (int(v) for v in fields[i * FIELDS:i * FIELDS + 5])
+        last = base + delta
+        if timestamp > max_ts:
+            max_ts, max_ts_offset = timestamp, last
+        if since > index_interval_bytes:
+            if n_off < off_cap:
+                _OFFSET_ENTRY.pack_into(offset_out, n_off * OFFSET_ENTRY, last - base_offset, position)
+                n_off += 1
+            if n_time < time_cap and max_ts > last_time_ts:
+                _TIME_ENTRY.pack_into(time_out, n_time * TIME_ENTRY, max_ts, max_ts_offset - base_offset)
+                n_time += 1
+                last_time_ts = max_ts
+            since = 0
+        since += size
+    return n_off, n_time, since, max_ts, max_ts_offset, last_time_ts
+
+
 def build_indexes(positions, sizes, last_offsets, max_timestamps, base_offset: int, index_interval_bytes: int,
                   offset_buf, time_buf) -> tuple[int, int, int, int, int]:
     """Write the sparse .index and .timeindex entries of a segment's batches (see the native doc)."""

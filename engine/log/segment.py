@@ -23,8 +23,8 @@ import struct
 
 from kraftlog.engine.log import batch_fields
 from kraftlog.engine.log.fs import FileSystem
-from kraftlog.engine.log.index import OffsetIndex, TimeIndex, find_batch, read_span, walk_batches
-from kraftlog.engine.records.layout import HEADER_SIZE, LAST_OFFSET_DELTA_OFFSET
+from kraftlog.engine.log.index import OffsetIndex, TimeIndex, find_batch, index_run, read_span, walk_batches
+from kraftlog.engine.records.layout import HEADER_SIZE, LAST_OFFSET_DELTA_OFFSET, SMALL_RUN_BATCHES
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -190,6 +190,9 @@ class Segment:
         the write), described by ``fields`` slots 0..n-1 (check_batches' layout: position in this
         segment, size, base offset, last offset delta, max timestamp, epoch): index entries by the
         sparse rule, max timestamp, bytes since the last entry."""
+        if n > SMALL_RUN_BATCHES:
+            self._commit_run(fields, n)
+            return
         entries, self.bytes_since_last_index_entry, self.max_timestamp, self.offset_of_max_timestamp = \
             batch_fields.index_entries(fields, n, self.index_interval_bytes, self.bytes_since_last_index_entry,
                                        self.max_timestamp, self.offset_of_max_timestamp)
@@ -200,6 +203,18 @@ class Segment:
         elif entries:
             self.offset_index.append_run([(e[0], e[1]) for e in entries])
             self.time_index.maybe_append_run([(e[2], e[3]) for e in entries])
+
+    def _commit_run(self, fields, n: int) -> None:
+        """commit_batches for a long run (a far follower's append: ~170 entries a 4,096-batch
+        slice), in one native pass writing the entries as the index files lay them out (the
+        per-entry Python of index_entries + append_run was ~4 ms of an 8 MiB Fetch answer)."""
+        off, tim = self.offset_index, self.time_index
+        off_out, time_out = bytearray(off.entry.size * min(n, off.room)), bytearray(tim.entry.size * min(n, tim.room))
+        n_off, n_time, self.bytes_since_last_index_entry, self.max_timestamp, self.offset_of_max_timestamp, _ = \
+            index_run(fields, n, self.base_offset, self.index_interval_bytes, self.bytes_since_last_index_entry,
+                      self.max_timestamp, self.offset_of_max_timestamp, tim.last_key(-1), off_out, time_out)
+        off.put_entries(off_out, n_off)
+        tim.put_entries(time_out, n_time)
 
     def rollback(self) -> None:
         """Cut the file back to ``size`` after a failed write (raises OSError if that fails too)."""
