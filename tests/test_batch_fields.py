@@ -58,14 +58,6 @@ def test_continuity_epochs_and_positions_agree(run, position, latest):
         assert loop[1] == vectorised[1]
 
 
-@settings(max_examples=400, deadline=None)
-@given(runs(), st.integers(0, 20_000), st.integers(0, 20_000), st.integers(-1, 40), st.integers(-1, 2**40))
-def test_sparse_index_entries_agree(run, interval, since, max_ts, max_ts_offset):
-    fields, n, _ = run
-    assert batch_fields._entries_loop(fields, n, interval, since, max_ts, max_ts_offset) == \
-        batch_fields._entries_vectorised(fields, n, interval, since, max_ts, max_ts_offset)
-
-
 def test_the_long_run_path_is_the_one_a_catch_up_takes():
     assert batch_fields.SMALL_RUN_BATCHES < 4096  # a catch-up's runs are max_batches_per_append long
 

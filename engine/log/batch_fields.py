@@ -8,11 +8,11 @@ runs of 4,096 small batches, where a Python loop over the fields cost ~1 us a ba
 catch-up's time); numpy does a run in tens of microseconds. A leader's or a caught-up follower's
 append is one batch, where numpy's fixed cost (~15 us) is the larger: runs of up to
 SMALL_RUN_BATCHES take the loop. Both paths give the same answers (tests/test_batch_fields.py).
+The index entries of a longer run are written by the native index_run (Segment.commit_batches),
+tested equal to index_entries here (tests/test_log_index.py).
 """
 
 from __future__ import annotations
-
-import bisect
 
 from kraftlog.engine.log.errors import InvalidAppendError
 from kraftlog.engine.log.index import CHECK_FIELDS
@@ -73,13 +73,13 @@ def _continue_vectorised(fields, n: int, position: int, expected: int, latest: i
 
 
 def index_entries(fields, n: int, interval_bytes: int, since_bytes: int, max_ts: int, max_ts_offset: int):
-    """Kafka's sparse index rule over batches 0..n-1 (positions already in the segment): a batch
-    gets an offset index entry (its last offset -> its position) and a time index candidate
-    (the max timestamp so far and the first offset that reached it) when more than
-    ``interval_bytes`` were written since the last entry. Returns ([(last offset, position,
-    max timestamp, its offset)], bytes since the last entry, max timestamp, its offset)."""
-    run = _entries_loop if n <= SMALL_RUN_BATCHES else _entries_vectorised
-    return run(fields, n, interval_bytes, since_bytes, max_ts, max_ts_offset)
+    """Kafka's sparse index rule over batches 0..n-1 (positions already in the segment; a short run:
+    longer ones take the native index_run): a batch gets an offset index entry (its last offset
+    -> its position) and a time index candidate (the max timestamp so far and the first offset
+    that reached it) when more than ``interval_bytes`` were written since the last entry. Returns
+    ([(last offset, position, max timestamp, its offset)], bytes since the last entry, max
+    timestamp, its offset)."""
+    return _entries_loop(fields, n, interval_bytes, since_bytes, max_ts, max_ts_offset)
 
 
 def _entries_loop(fields, n: int, interval: int, since: int, max_ts: int, max_ts_offset: int):
@@ -93,38 +93,3 @@ def _entries_loop(fields, n: int, interval: int, since: int, max_ts: int, max_ts
             since = 0
         since += fields[k + _SIZE]
     return entries, since, max_ts, max_ts_offset
-
-
-def _entries_vectorised(fields, n: int, interval: int, since: int, max_ts: int, max_ts_offset: int):
-    import numpy as np
-
-    f = np.frombuffer(fields, np.int64, n * CHECK_FIELDS).reshape(n, CHECK_FIELDS)
-    lasts, ts = f[:, _BASE] + f[:, _DELTA], f[:, _TIMESTAMP]
-    # running max timestamp and the first offset that reached it (a tie does not move it)
-    before = np.maximum.accumulate(np.concatenate(([max_ts], ts[:-1])))
-    raised = np.where(ts > before, np.arange(n), -1)
-    holder = np.maximum.accumulate(raised)  # the batch holding the max so far, or -1: the one before the run
-    running_ts = np.maximum(before, ts)
-    # bytes since the last entry before batch j, while no entry was made in the run: S[j]
-    written = np.concatenate(([since], since + np.cumsum(f[:, _SIZE])))
-    # one bisect per entry (every ~interval bytes), not a step per batch; on a list, where a
-    # bisect costs a tenth of numpy's searchsorted call
-    prefix = written[:n].tolist()
-    chosen, threshold = [], interval
-    while True:
-        j = bisect.bisect_right(prefix, threshold)
-        if j >= n:
-            break
-        chosen.append(j)
-        threshold = prefix[j] + interval
-    at = chosen[-1] if chosen else 0
-    entries = []
-    if chosen:
-        js = np.array(chosen)
-        holders = holder[js]
-        ts_offsets = np.where(holders >= 0, lasts[np.maximum(holders, 0)], max_ts_offset)
-        entries = list(zip(lasts[js].tolist(), f[js, _POSITION].tolist(), running_ts[js].tolist(),
-                           ts_offsets.tolist(), strict=True))
-    since_end = int(written[n] - written[at]) if entries else int(written[n])
-    h = int(holder[-1])
-    return entries, since_end, int(running_ts[-1]), int(lasts[h]) if h >= 0 else max_ts_offset
