@@ -24,6 +24,7 @@ from kraftlog.engine.image.writer import write_image
 from kraftlog.engine.records import batch
 from kraftlog.engine.records import metadata as codec
 from kraftlog.engine.records.batch import CODEC_ZSTD, Record
+from kraftlog.engine.records.wire import crc32c
 from kraftlog.engine.snapshot import (
     LazyImageUnsupportedError,
     LazySnapshotImage,
@@ -40,7 +41,6 @@ from kraftlog.engine.snapshot import (
     load_latest_valid,
     parse_checkpoint_name,
 )
-from kraftlog.engine.records.wire import crc32c
 from kraftlog.engine.snapshot.layout import CHUNK_HEADER, chunk_key, id_key, index_key, key_crc
 from kraftlog.engine.snapshot.layout import CODEC_NONE as CODEC_NONE_CHUNK
 from kraftlog.engine.snapshot.layout import CODEC_ZSTD as CODEC_ZSTD_CHUNK
