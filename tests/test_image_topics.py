@@ -502,6 +502,95 @@ def test_chunk_gather_and_scatter_match_their_twins(column, broadcast_first):
         assert np.array_equal(a, b) and np.array_equal(a, c)
 
 
+@st.composite
+def partition_changes(draw):
+    """(chunk arrays of the six columns a PartitionChangeRecord writes, the changes): a few chunks
+    of up to 8 rows, list columns of chunk widths 1-4, changes in any order with repeated rows,
+    NO_LEADER_CHANGE (-2), unchanged recovery (-1) and null lists (count -1) mixed in."""
+    sizes = draw(st.lists(st.integers(1, 1 << SHIFT), min_size=1, max_size=3))
+    widths = [draw(st.integers(1, 4)) for _ in sizes]
+    ints = st.integers(-1, 9)
+    columns = {name: [np.array(draw(st.lists(ints, min_size=n, max_size=n)), dtype)
+                      for n in sizes] for name, dtype in (("partition_epoch", np.int32), ("leader_epoch", np.int32),
+                                                          ("leader", np.int32), ("recovery", np.int8))}
+    for name in ("isr", "replicas"):
+        columns[name] = [np.array(draw(st.lists(ints, min_size=n * w, max_size=n * w)), np.int32).reshape(n, w)
+                         for n, w in zip(sizes, widths, strict=True)]
+    valid = [(k << SHIFT) + local for k, n in enumerate(sizes) for local in range(n)]
+    n = draw(st.integers(0, 24))
+    rows = np.array(draw(st.lists(st.sampled_from(valid), min_size=n, max_size=n)), dtype=np.int64)
+    width = min(widths)
+    change = {
+        "leader": np.array(draw(st.lists(st.integers(-2, 5), min_size=n, max_size=n)), np.int32),
+        "recovery": np.array(draw(st.lists(st.integers(-1, 1), min_size=n, max_size=n)), np.int8),
+        "isr_count": np.array(draw(st.lists(st.integers(-1, width), min_size=n, max_size=n)), np.int16),
+        "replica_count": np.array(draw(st.lists(st.integers(-1, width), min_size=n, max_size=n)), np.int16),
+    }
+    for name, count in (("isr", "isr_count"), ("replicas", "replica_count")):
+        lists = np.full((n, width), -1, np.int32)
+        for i, c in enumerate(change[count].tolist()):
+            lists[i, :max(c, 0)] = draw(st.lists(st.integers(0, 9), min_size=max(c, 0), max_size=max(c, 0)))
+        change[name] = lists
+    return columns, rows, change
+
+
+def _changes_by_hand(columns: dict, rows: np.ndarray, change: dict) -> dict:
+    """Kafka's merge, one record at a time, on copies of the columns."""
+    out = {name: [np.array(a) for a in arrays] for name, arrays in columns.items()}
+    for i, r in enumerate(rows.tolist()):
+        k, local = r >> SHIFT, r & ((1 << SHIFT) - 1)
+        out["partition_epoch"][k][local] += 1
+        if change["leader"][i] != -2:
+            out["leader_epoch"][k][local] += 1
+            out["leader"][k][local] = change["leader"][i]
+        if change["recovery"][i] != -1:
+            out["recovery"][k][local] = change["recovery"][i]
+        for name, count in (("isr", "isr_count"), ("replicas", "replica_count")):
+            if change[count][i] >= 0:
+                out[name][k][local] = -1
+                out[name][k][local, :change[name].shape[1]] = change[name][i]
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(partition_changes())
+def test_partition_changes_in_log_order_match_their_twin_and_a_record_by_record_merge(data):
+    """apply_partition_changes (one native pass in log order) writes what its twin (numpy per
+    column) writes and what merging the records one at a time gives: epochs counted, the last
+    writer of each field winning; a column's chunks no change writes may be None."""
+    columns, rows, change = data
+    expected = _changes_by_hand(columns, rows, change)
+    writes = {"partition_epoch": np.ones(len(rows), bool), "leader_epoch": change["leader"] != -2,
+              "leader": change["leader"] != -2, "recovery": change["recovery"] != -1,
+              "isr": change["isr_count"] >= 0, "replicas": change["replica_count"] >= 0}
+    for impl in (hindex, index_pure):
+        copies = {}
+        for name, arrays in columns.items():
+            written = set((rows[writes[name]] >> SHIFT).tolist())
+            copies[name] = [np.array(a) if k in written else None for k, a in enumerate(arrays)]
+        impl.apply_partition_changes(copies["partition_epoch"], copies["leader_epoch"], copies["leader"],
+                                     copies["recovery"], copies["isr"], copies["replicas"], rows, change["leader"],
+                                     change["recovery"], change["isr"], change["isr_count"], change["replicas"],
+                                     change["replica_count"], SHIFT)
+        for name, arrays in copies.items():
+            for k, a in enumerate(arrays):
+                assert a is None or np.array_equal(a, expected[name][k]), (impl.IMPLEMENTATION, name, k)
+
+
+@pytest.mark.parametrize("impl", [hindex, index_pure], ids=["public", "twin"])
+def test_partition_changes_refuse_a_row_outside_the_given_chunks(impl):
+    # a change whose row lies in a chunk its column was not given (None) or past a chunk's rows
+    cols = [[np.zeros(8, np.int32)] for _ in range(3)] + [[np.zeros(8, np.int8)]] + \
+        [[np.zeros((8, 2), np.int32)] for _ in range(2)]
+    args = (np.array([-2], np.int32), np.array([-1], np.int8), np.full((1, 2), -1, np.int32),
+            np.array([-1], np.int16), np.full((1, 2), -1, np.int32), np.array([-1], np.int16), SHIFT)
+    with pytest.raises(IndexError, match="row 8"):
+        impl.apply_partition_changes(*cols, np.array([8], np.int64), *args)
+    cols[0] = [None]
+    with pytest.raises(IndexError, match="row 1"):
+        impl.apply_partition_changes(*cols, np.array([1], np.int64), *args)
+
+
 @pytest.mark.parametrize("impl", [hindex, index_pure], ids=["public", "twin"])
 def test_chunk_gather_and_scatter_refuse_rows_outside_and_read_only_chunks(impl):
     arrays = [np.zeros(8, np.int32), None]

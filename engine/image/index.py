@@ -25,6 +25,7 @@ lookup_partition = _impl.lookup_partition
 read_row = _impl.read_row
 gather_rows = _impl.gather_rows
 scatter_rows = _impl.scatter_rows
+apply_partition_changes = _impl.apply_partition_changes
 
 EMPTY = -1
 MIN_SLOTS = 1024
