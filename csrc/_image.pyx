@@ -124,8 +124,9 @@ def remove(uint32_t[::1] slot_hash, int32_t[::1] slot_row, uint64_t h, int32_t r
 
 def lookup_ids(const uint32_t[::1] slot_hash, const int32_t[::1] slot_row,
                const int64_t[::1] id_hi, const int64_t[::1] id_lo,
-               const int64_t[::1] query_hi, const int64_t[::1] query_lo):
-    """Row of each queried UUID (verified against id_hi/id_lo, indexed by row), -1 when absent."""
+               const int64_t[:] query_hi, const int64_t[:] query_lo):
+    """Row of each queried UUID (verified against id_hi/id_lo, indexed by row), -1 when absent.
+    The queries may be strided (a column of a decoded [n, 2] id table) and are read in place."""
     cdef Py_ssize_t size = slot_row.shape[0], n = query_hi.shape[0], i, probes
     cdef uint64_t mask = size - 1, s, h
     cdef int32_t row, found

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from kraftlog import _accel
 from kraftlog.engine.image import index as hindex
 from kraftlog.engine.image import index_pure
+from kraftlog.engine.image.index import HashIndex
 from kraftlog.engine.image.table import CHUNK_ROWS, ChunkedTable, Column
 from kraftlog.engine.image.topics import (
     MIGRATING_DIRECTORY,
@@ -215,6 +216,41 @@ def test_scalar_bulk_and_model_agree(seed, steps):
     assert image_state(replay_bulk(TopicsImage.empty(), ops)) == expected
 
 
+@pytest.mark.parametrize("order,accepted", [
+    ([(0, 0), (0, 1), (1, 0), (1, 1), (1, 2)], True),  # as snapshots write them
+    ([(1, 2), (0, 1), (1, 0), (0, 0), (1, 1)], True),  # any order: sorted first
+    ([(0, 0), (0, 1), (1, 0), (1, 0), (1, 2)], False),  # a repeated partition id
+    ([(0, 0), (0, 1), (1, 0), (1, 2)], False),  # a missing one
+    ([(0, 0), (0, 1), (1, 1), (1, 2)], False),  # not starting at 0
+    ([(0, 0), (0, -1), (1, 0)], False),  # a negative one
+])
+def test_bulk_create_takes_partitions_in_any_order_and_refuses_ids_that_are_not_0_to_n(order, accepted):
+    """bulk_create checks the partition ids of each topic are exactly 0..count-1 (on the topics'
+    ends, after an in-order check that spares the sort); otherwise it changes nothing and the
+    loader replays the records one by one."""
+    ids = [uuid.UUID(int=11), uuid.UUID(int=12)]
+    halves = np.array([uuid_to_halves(t) for t in ids], dtype=np.int64)
+    owner = np.array([o for o, _ in order])
+    delta = TopicsImage.empty().delta()
+    ok = delta.bulk_create(
+        id_hi=halves[:, 0].copy(), id_lo=halves[:, 1].copy(), names=["a", "b"],
+        name_hashes=np.array([hindex.hash_name(b"a"), hindex.hash_name(b"b")], dtype=np.uint64),
+        topic_epochs=np.array([0, 0], dtype=np.int64),
+        partitions={"topic_hi": halves[owner, 0], "topic_lo": halves[owner, 1],
+                    "partition_id": np.array([p for _, p in order], dtype=np.int32),
+                    "leader": np.array([10 * o + p for o, p in order], dtype=np.int32),
+                    "leader_epoch": np.zeros(len(order), np.int32), "partition_epoch": np.zeros(len(order), np.int32),
+                    "leader_recovery_state": np.zeros(len(order), np.int8),
+                    "replicas": _pad([(1,)] * len(order), 1), "isr": _pad([(1,)] * len(order), 1)})
+    assert ok == accepted
+    image = delta.apply()
+    if accepted:  # each partition landed at its id, with its own fields
+        assert [image.partition("b", p).leader for p in range(3)] == [10, 11, 12]
+        assert [image.partition("a", p).leader for p in range(2)] == [0, 1]
+    else:
+        assert image.partition_count == 0 and image.topic_row("a") is None
+
+
 def test_a_replica_change_without_directories_gives_new_replicas_unassigned():
     """Kafka's createDirectoriesFrom, also from an all-MIGRATING partition (stored as no list):
     kept replicas keep their directory, a new one gets UNASSIGNED; a change that only drops or
@@ -388,6 +424,24 @@ def test_index_hashes_match_the_twin(names):
     assert (hindex.hash_names(blob, offsets) == index_pure.hash_names(blob, offsets)).all()
     for name in names:
         assert hindex.hash_name(name) == index_pure.hash_name(name)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(-(2**63), 2**63 - 1), st.integers(-(2**63), 2**63 - 1)), min_size=1,
+                max_size=40, unique=True), st.lists(st.integers(0, 60), max_size=30))
+def test_id_lookups_match_the_twin_on_strided_queries(ids, picks):
+    """lookup_ids finds each known id's row and -1 for others, reading queries given as strided
+    views (a column of a decoded [n, 2] table) in place, as the twin does."""
+    table = np.array(ids, dtype=np.int64)
+    hi, lo = table[:, 0].copy(), table[:, 1].copy()
+    index = HashIndex.build(hindex.hash_ids(hi, lo), np.arange(len(ids), dtype=np.int32))
+    queries = np.array([ids[k] if k < len(ids) else (k, -k) for k in picks] or [(0, 0)], dtype=np.int64)
+    known = {pair: row for row, pair in enumerate(ids)}
+    expected = [known.get(tuple(q), -1) for q in queries.tolist()]
+    for lookup in (hindex.lookup_ids_raw, index_pure.lookup_ids):
+        got = lookup(index.slot_hash, index.slot_row, hi, lo, queries[:, 0], queries[:, 1])
+        assert got.tolist() == expected, lookup
+    assert index.lookup_ids(hi, lo, queries[:, 0], queries[:, 1]).tolist() == expected
 
 
 @settings(max_examples=80, deadline=None)
