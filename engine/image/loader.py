@@ -11,7 +11,8 @@ Two streams: NoOpRecords (and transaction markers) change nothing and are only c
 records touching topics and configs form the topic stream; the rest (brokers, features, producer
 ids, quotas, ACLs, SCRAM, tokens) edit state no topic record reads, so they are replayed first, in
 their own log order, and a controller's NoOps and broker records no longer cut the topic stream's
-runs. (An error is reported for the first failing record of the first stream: with several bad
+runs. BrokerRegistrationChangeRecords (every fence, unfence and controlled shutdown)
+replay from the decoded columns; the rest of that stream through the generic codec. (An error is reported for the first failing record of the first stream: with several bad
 records, not necessarily the lowest offset.)
 
 Runs: the topic stream is applied strictly in log order, but consecutive records of one shape go
@@ -44,7 +45,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kraftlog.engine.image import index as hindex
-from kraftlog.engine.image.image import MetadataDelta, MetadataImage, Provenance
+from kraftlog.engine.image.image import (
+    CONTROLLED_SHUTDOWN_IN,
+    CONTROLLED_SHUTDOWN_NONE,
+    FENCING_FENCE,
+    FENCING_NONE,
+    FENCING_UNFENCE,
+    MetadataDelta,
+    MetadataImage,
+    Provenance,
+)
 from kraftlog.engine.image.topics import TOPIC_EPOCH_TAG, MetadataReplayError, topic_record_epochs
 from kraftlog.engine.records import batch, metadata_columns
 from kraftlog.engine.records import metadata as codec
@@ -54,7 +64,9 @@ from kraftlog.errors import CorruptRecordError, KraftlogError, UndecodableRecord
 
 API_TOPIC, API_PARTITION, API_PARTITION_CHANGE = 2, 3, 5
 API_BEGIN_TXN, API_END_TXN, API_ABORT_TXN = 23, 24, 25
-API_CONFIG, API_REMOVE_TOPIC, API_NOOP = 4, 9, 20
+API_CONFIG, API_REMOVE_TOPIC, API_NOOP, API_BROKER_CHANGE = 4, 9, 20, 17
+# the decoder's broker_changes.fenced (-1 none, 0 unfence, 1 fence) as Kafka's fencing change enum
+_FENCING_OF_COLUMN = {-1: FENCING_NONE, 0: FENCING_UNFENCE, 1: FENCING_FENCE}
 # Which stream each apiKey goes to (apply_columns). NO_STATE: changes nothing (the transaction
 # markers are handled by _transaction_mask), counted, never decoded. TOPIC_STREAM: touches topics
 # or configs; these stay in log order among themselves (a RemoveTopicRecord drops its name's
@@ -319,7 +331,8 @@ def apply_columns(delta: MetadataDelta, cols, manifest: LoadManifest, *, snapsho
             stream[~keep] = NO_STATE
         manifest.state_records += int(np.count_nonzero(stream))  # NO_STATE is 0
         for i in np.flatnonzero(stream == SIDE_STREAM).tolist():
-            ctx.one(i)
+            if not (cols.api_keys[i] == API_BROKER_CHANGE and ctx.broker_change(i)):
+                ctx.one(i)
         topical = np.flatnonzero(stream == TOPIC_STREAM)
         _apply_topic_runs(ctx, topical, cols.api_keys[topical])
     applied = np.flatnonzero(keep) if keep is not None else None
@@ -400,6 +413,22 @@ class _Context:
             self.delta.replay(record.record_type, record.data, topic_epoch=self.topic_epoch(i, record.data))
         except (CorruptRecordError, MetadataReplayError) as exc:
             self.fail(offset, _api_name(api_key), exc)
+
+    def broker_change(self, i: int) -> bool:
+        """Replay BrokerRegistrationChangeRecord ``i`` from the decoded columns (the most common
+        record of a production tail's side stream: every fence, unfence and controlled shutdown);
+        False, replaying nothing, when the columns do not hold it whole (log dirs, an unknown
+        value or tag, a version they do not decode) and the generic codec must."""
+        bc, row = self.cols.broker_changes, int(self.cols.kind_rows[i])
+        if row >= len(bc.record_index) or int(bc.record_index[row]) != i or bool(bc.extras[row]):
+            return False
+        in_shutdown = CONTROLLED_SHUTDOWN_IN if int(bc.in_controlled_shutdown[row]) == 1 else CONTROLLED_SHUTDOWN_NONE
+        try:
+            self.delta.replay_broker_change(int(bc.broker_id[row]), int(bc.broker_epoch[row]),
+                                            _FENCING_OF_COLUMN[int(bc.fenced[row])], in_shutdown)
+        except MetadataReplayError as exc:
+            self.fail(int(self.cols.offsets[i]), "BrokerRegistrationChangeRecord", exc)
+        return True
 
     def fail(self, offset: int, record_type: str, exc: Exception) -> None:
         if not self.skip_errors:
