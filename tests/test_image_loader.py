@@ -350,15 +350,27 @@ def test_side_records_replay_in_their_own_order_and_a_bad_one_is_named_or_skippe
 
 
 def test_topic_names_are_cut_from_the_decoded_blob_ascii_or_not():
-    """The bulk path's names: rows in any order, from an ASCII blob (one decode, str slices) and
-    from one holding UTF-8 (name by name), the same names either way."""
+    """The bulk path's names (native names_at and its twin): rows in any order, ASCII or UTF-8,
+    empty names, the same names either way; bad UTF-8 and rows or offsets outside the blob refused."""
+    from kraftlog.engine.image import index as hindex
+    from kraftlog.engine.image import index_pure
     from kraftlog.engine.image.loader import _names_at
 
-    for names in (["a", "topic-1", "", "b.c_d"], ["a", "tópico", "", "b"]):
+    for names in (["a", "topic-1", "", "b.c_d"], ["a", "tópico", "", "b"], [""]):
         blob = "".join(names).encode()
         offsets = np.cumsum([0] + [len(n.encode()) for n in names]).astype(np.int64)
-        rows = np.array([3, 0, 1, 1, 2], dtype=np.int64)
-        assert _names_at(blob, offsets, rows) == [names[r] for r in rows.tolist()]
+        rows = np.array([len(names) - 1, 0, 0], dtype=np.int64)
+        expected = [names[r] for r in rows.tolist()]
+        assert _names_at(blob, offsets, rows) == expected
+        assert index_pure.names_at(blob, offsets, rows.astype(np.int32)) == expected
+    offsets = np.array([0, 2, 3], dtype=np.int64)
+    for impl in (hindex, index_pure):
+        with pytest.raises(UnicodeDecodeError):
+            impl.names_at(b"\xff\xfeA", offsets, np.array([0], dtype=np.int32))
+        with pytest.raises(IndexError, match="name 2"):
+            impl.names_at(b"abc", offsets, np.array([2], dtype=np.int32))
+        with pytest.raises(ValueError, match="outside the blob"):
+            impl.names_at(b"ab", offsets, np.array([1], dtype=np.int32))
 
 
 @pytest.mark.parametrize("fenced,version,in_shutdown", [(1, 0, None), (-1, 1, 1), (0, 1, 1), (1, 2, 0)])

@@ -26,6 +26,7 @@ read_row = _impl.read_row
 gather_rows = _impl.gather_rows
 scatter_rows = _impl.scatter_rows
 apply_partition_changes = _impl.apply_partition_changes
+names_at = _impl.names_at
 
 EMPTY = -1
 MIN_SLOTS = 1024

@@ -251,3 +251,17 @@ def _last(arrays: list, rows: np.ndarray, mask: np.ndarray, values: np.ndarray, 
         block = np.full((len(positions), array.shape[1]), PAD, dtype=array.dtype)
         block[:, : values.shape[1]] = values[picked[positions]]
         array[local] = block
+
+
+def names_at(blob, offsets: np.ndarray, rows: np.ndarray) -> list[str]:
+    """The native names_at: the names of ``rows`` (name r: blob[offsets[r]:offsets[r + 1]])."""
+    bounds, data = offsets.tolist(), bytes(blob)
+    out = []
+    for r in rows.tolist():
+        if not 0 <= r < len(bounds) - 1:
+            raise IndexError(f"name {r} is not among the blob's {len(bounds) - 1}")
+        lo, hi = bounds[r], bounds[r + 1]
+        if lo < 0 or hi < lo or hi > len(data):
+            raise ValueError(f"name {r}: offsets {lo}..{hi} run outside the blob")
+        out.append(data[lo:hi].decode())
+    return out

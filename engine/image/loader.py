@@ -318,9 +318,10 @@ def apply_columns(delta: MetadataDelta, cols, manifest: LoadManifest, *, snapsho
     keep = _transaction_mask(cols, manifest)
     if skip_below >= 0:  # records before a held transaction's Begin were applied when first read
         keep = (cols.offsets >= skip_below) & (True if keep is None else keep)
-    first = np.flatnonzero(cols.offsets >= skip_below)
-    if manifest.first_offset < 0 and len(first):
-        manifest.first_offset = int(cols.offsets[first[0]])
+    if manifest.first_offset < 0:
+        first = 0 if skip_below < 0 else int(np.searchsorted(cols.offsets, skip_below))  # offsets rise
+        if first < n:
+            manifest.first_offset = int(cols.offsets[first])
     ctx = _Context(delta, cols, manifest, snapshot_end_offset, skip_errors, path)
     stream = _STREAM_OF_API_KEY[np.clip(cols.api_keys, 0, len(_STREAM_OF_API_KEY) - 1)]
     if keep is None and bool((stream == TOPIC_STREAM).all()):  # a snapshot, CreateTopics: no copies
@@ -475,7 +476,8 @@ class _Context:
         # removing replicas, ...) are then replayed again by the generic codec, which overwrites
         # their row in full.
         plain = slice(None) if _is_all_rows(p_rows, len(parts.partition_id)) else p_rows
-        extra_idx = indexes[~is_topic][parts.extras[p_rows]]
+        extras = parts.extras[p_rows]
+        extra_idx = indexes[~is_topic][extras] if extras.any() else ()  # a snapshot's are rare: no 1M-row copy
         ids = topics.topic_id.view(np.int64)
         pids = parts.topic_id.view(np.int64)
         ok = self.delta.topics.bulk_create(
@@ -491,9 +493,8 @@ class _Context:
             }, partition_epochs=partition_epochs)
         if not ok:
             return False
-        if len(extra_idx):
-            for i in extra_idx.tolist():
-                self.one(i)
+        for i in np.asarray(extra_idx, dtype=np.int64).tolist():
+            self.one(i)
         self.delta.changed.add("topics")
         return True
 
@@ -540,15 +541,11 @@ class _Context:
 
 
 def _names_at(blob: bytes, offsets: np.ndarray, rows: np.ndarray) -> list[str]:
-    """The names of ``rows`` in ``blob`` (name r: bytes offsets[r]:offsets[r + 1]). Topic names
-    are ASCII (Kafka's legal characters): then one decode and str slices, not 100k bytes slices
-    each decoded (a 1M-partition snapshot: ~30 ms -> ~10 ms); anything else name by name."""
-    bounds = offsets.tolist()
-    rows_list = rows.tolist()
-    if blob.isascii():
-        text = blob.decode("ascii")
-        return [text[bounds[r]:bounds[r + 1]] for r in rows_list]
-    return [blob[bounds[r]:bounds[r + 1]].decode() for r in rows_list]
+    """The names of ``rows`` in ``blob`` (name r: bytes offsets[r]:offsets[r + 1]), cut and
+    decoded in one native call (a 1M-partition snapshot's 100k names: ~15-30 ms of str slices in
+    Python -> a few ms)."""
+    return hindex.names_at(blob, np.ascontiguousarray(offsets, dtype=np.int64),
+                           np.ascontiguousarray(rows, dtype=np.int32))
 
 
 def _is_all_rows(rows: np.ndarray, total: int) -> bool:

@@ -775,12 +775,13 @@ class TopicsDelta:
 
 
 def _in_topic_order(owner: np.ndarray, pids: np.ndarray) -> bool:
-    """True when the partitions are sorted by (owner, partition id), no pair repeated: one pass
-    (~3 ms at 1M partitions) where the lexsort it spares costs ~25 ms."""
+    """True when the partitions are sorted by (owner, partition id), no pair repeated, where the
+    lexsort it spares costs ~25 ms at 1M partitions. On the int32 columns as they are (64-bit
+    keys would be four 8 MB temporaries)."""
     if len(owner) < 2:
         return True
-    key = (owner.astype(np.int64) << 32) | (pids.astype(np.int64) & 0xFFFFFFFF)
-    return bool((key[1:] > key[:-1]).all())
+    next_owner = np.diff(owner)
+    return bool(((next_owner > 0) | ((next_owner == 0) & (pids[1:] > pids[:-1]))).all())
 
 
 def _dense_partition_ids(pids: np.ndarray, per_topic: np.ndarray, starts: np.ndarray) -> bool:
