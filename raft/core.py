@@ -679,7 +679,11 @@ class RaftCore:
         target = self._read_replica if self._read_replica != NO_ID else s.leader_id
         # one Fetch at a time, wherever it went: two answers could not both apply to our log
         if self._can_send(FetchRequest, target) and not self._fetch_in_flight():
-            self._send_fetch(target, s.epoch, now)
+            # The first Fetch of this state asks without waiting: the leader remembers the HW it
+            # last sent this replica id, and after our restart (or its) that memory is stale; it
+            # would park a fetch with nothing new for fetch_max_wait_ms while we know no HW and
+            # deliver nothing (KIP-1166's problem, without its request field).
+            self._send_fetch(target, s.epoch, now, max_wait_ms=None if s.fetched_ok else 0)
 
     def _fetch_in_flight(self) -> bool:
         return any(kind is FetchRequest for kind, _ in self._inflight_key)
