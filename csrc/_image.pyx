@@ -124,8 +124,9 @@ def remove(uint32_t[::1] slot_hash, int32_t[::1] slot_row, uint64_t h, int32_t r
 
 def lookup_ids(const uint32_t[::1] slot_hash, const int32_t[::1] slot_row,
                const int64_t[::1] id_hi, const int64_t[::1] id_lo,
-               const int64_t[::1] query_hi, const int64_t[::1] query_lo):
-    """Row of each queried UUID (verified against id_hi/id_lo, indexed by row), -1 when absent."""
+               const int64_t[:] query_hi, const int64_t[:] query_lo):
+    """Row of each queried UUID (verified against id_hi/id_lo, indexed by row), -1 when absent.
+    The queries may be strided (a column of a decoded [n, 2] id table) and are read in place."""
     cdef Py_ssize_t size = slot_row.shape[0], n = query_hi.shape[0], i, probes
     cdef uint64_t mask = size - 1, s, h
     cdef int32_t row, found
@@ -429,3 +430,137 @@ def scatter_rows(list arrays, const int64_t[::1] rows, values, int shift):
         raise IndexError(f"row {rows[bad]} is not in the given chunks")
     if narrow >= 0:
         raise ValueError(f"row {rows[narrow]}: its chunk's array is not {ndim}-D or cannot hold a row of width {width}")
+
+
+# ---- PartitionChangeRecords applied in log order ------------------------------------------------
+# Kafka's PartitionRegistration.merge per record, in the order the records were written: the
+# partition epoch moves once per record, the leader epoch once per record naming a leader
+# (NO_LEADER_CHANGE -2 leaves leader and leader epoch alone), leader recovery state -1 and list
+# counts -1 leave their field alone. Written straight into the chunk arrays the caller owns (a
+# column's chunks that no record writes may be None), so one pass in log order replaces the sort
+# by row and the per-field "last writer wins" of the vectorised merge.
+
+
+DEF NO_LEADER_CHANGE = -2
+
+
+cdef inline int32_t *row_of32(ColumnPart *parts, Py_ssize_t nparts, int64_t row, int shift) noexcept nogil:
+    cdef ColumnPart *part
+    cdef Py_ssize_t local
+    if locate(parts, nparts, row, shift, &part, &local) < 0:
+        return NULL
+    return <int32_t *>(part.data + local * part.stride0)
+
+
+cdef inline int write_list(ColumnPart *parts, Py_ssize_t nparts, int64_t row, int shift, const int32_t *src,
+                           Py_ssize_t width) noexcept nogil:
+    # the row becomes src[0:width] (-1 padded), then -1 to the chunk's own width
+    cdef ColumnPart *part
+    cdef Py_ssize_t local, j
+    cdef char *dst
+    if locate(parts, nparts, row, shift, &part, &local) < 0 or part.ndim != 2 or part.width < width:
+        return -1
+    dst = part.data + local * part.stride0
+    for j in range(width):
+        (<int32_t *>(dst + j * part.stride1))[0] = src[j]
+    for j in range(width, part.width):
+        (<int32_t *>(dst + j * part.stride1))[0] = -1
+    return 0
+
+
+def apply_partition_changes(list partition_epoch, list leader_epoch, list leader_col, list recovery_col,
+                            list isr_col, list replicas_col, const int64_t[::1] rows, const int32_t[::1] leader,
+                            const int8_t[::1] recovery, const int32_t[:, ::1] isr, const int16_t[::1] isr_count,
+                            const int32_t[:, ::1] replicas, const int16_t[::1] replica_count, int shift):
+    """Apply change i (leader[i], recovery[i], isr[i] with isr_count[i], replicas[i] with
+    replica_count[i]) to partition row rows[i], for i in log order; each list of chunk arrays is
+    one column (partition_epoch, leader_epoch, leader int32; recovery int8; isr, replicas 2-D
+    int32, as wide as the lists written). IndexError when a row to write lies in no given chunk."""
+    cdef Py_ssize_t n = rows.shape[0], i, bad = -1
+    if not (leader.shape[0] == recovery.shape[0] == isr_count.shape[0] == replica_count.shape[0] == n
+            and isr.shape[0] == n and replicas.shape[0] == n):
+        raise ValueError("every change column must have one value per row")
+    cdef Py_ssize_t np_ = len(partition_epoch), nle = len(leader_epoch), nl = len(leader_col)
+    cdef Py_ssize_t nr = len(recovery_col), ni = len(isr_col), nrep = len(replicas_col)
+    cdef Py_ssize_t isr_width = isr.shape[1], replicas_width = replicas.shape[1]
+    i32, i8 = np.dtype(np.int32), np.dtype(np.int8)
+    cdef ColumnPart *pe = column_parts(partition_epoch, i32, True)
+    cdef ColumnPart *le = NULL
+    cdef ColumnPart *ld = NULL
+    cdef ColumnPart *rc = NULL
+    cdef ColumnPart *ip = NULL
+    cdef ColumnPart *rp = NULL
+    cdef int32_t *v
+    cdef ColumnPart *part
+    cdef Py_ssize_t local
+    try:
+        le = column_parts(leader_epoch, i32, True)
+        ld = column_parts(leader_col, i32, True)
+        rc = column_parts(recovery_col, i8, True)
+        ip = column_parts(isr_col, i32, True)
+        rp = column_parts(replicas_col, i32, True)
+        with nogil:
+            for i in range(n):
+                v = row_of32(pe, np_, rows[i], shift)
+                if v == NULL:
+                    bad = i
+                    break
+                v[0] += 1
+                if leader[i] != NO_LEADER_CHANGE:
+                    v = row_of32(le, nle, rows[i], shift)
+                    if v == NULL:
+                        bad = i
+                        break
+                    v[0] += 1
+                    v = row_of32(ld, nl, rows[i], shift)
+                    if v == NULL:
+                        bad = i
+                        break
+                    v[0] = leader[i]
+                if recovery[i] != -1:
+                    if locate(rc, nr, rows[i], shift, &part, &local) < 0:
+                        bad = i
+                        break
+                    (<int8_t *>(part.data + local * part.stride0))[0] = recovery[i]
+                if isr_count[i] >= 0 and write_list(ip, ni, rows[i], shift, &isr[i, 0] if isr_width else NULL,
+                                                    isr_width) < 0:
+                    bad = i
+                    break
+                if replica_count[i] >= 0 and write_list(rp, nrep, rows[i], shift,
+                                                        &replicas[i, 0] if replicas_width else NULL,
+                                                        replicas_width) < 0:
+                    bad = i
+                    break
+    finally:
+        free(pe)
+        free(le)
+        free(ld)
+        free(rc)
+        free(ip)
+        free(rp)
+    if bad >= 0:
+        raise IndexError(f"change {bad}: row {rows[bad]} is not in the given (writable, wide enough) chunks")
+
+
+# ---- topic names out of a decoded names blob --------------------------------------------------------
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+
+
+def names_at(const uint8_t[::1] blob, const int64_t[::1] offsets, const int32_t[::1] rows):
+    """[blob[offsets[r]:offsets[r + 1]] decoded as UTF-8 for r in rows]: a 1M-partition snapshot's
+    100k topic names in one call (UnicodeDecodeError as bytes.decode gives it)."""
+    cdef Py_ssize_t n = rows.shape[0], i, nb = offsets.shape[0] - 1, size = blob.shape[0]
+    cdef int64_t lo, hi
+    cdef int32_t r
+    cdef char nothing = 0  # an empty blob holds only empty names
+    cdef const char *base = <const char *>&blob[0] if size else &nothing
+    out = [None] * n
+    for i in range(n):
+        r = rows[i]
+        if r < 0 or r >= nb:
+            raise IndexError(f"name {r} is not among the blob's {nb}")
+        lo, hi = offsets[r], offsets[r + 1]
+        if lo < 0 or hi < lo or hi > size:
+            raise ValueError(f"name {r}: offsets {lo}..{hi} run outside the blob")
+        out[i] = PyUnicode_DecodeUTF8(base + lo, hi - lo, "strict")
+    return out

@@ -438,23 +438,30 @@ class RaftCore:
             times.append(s.deadline_ms)
         if s.role is C and s.backoff_until_ms >= 0:
             times.append(s.backoff_until_ms)
+        # each on every poll: the maps are tested for emptiness before a comprehension is made
+        # (most are empty, and an empty generator costs as much as a short list)
         if s.role is F:
             times.append(self._fetch_backoff_until_ms)
-            times.extend(p.deadline_ms for p in self._observer_parked.values())
+            if self._observer_parked:
+                times += [p.deadline_ms for p in self._observer_parked.values()]
             if self._read_replica != NO_ID:
                 times.append(self._read_replica_until_ms)
-        times.extend(p.deadline_ms for p in self._inflight.values())
-        times.extend(self._retry_at.values())
-        if self._leader is not None:
-            times.extend(p.deadline_ms for p in self._leader.parked.values())
-            if self._leader.parked:  # a parked Fetch may be waiting for the HW's turn
+        if self._inflight:
+            times += [p.deadline_ms for p in self._inflight.values()]
+        if self._retry_at:
+            times += self._retry_at.values()
+        leader = self._leader
+        if leader is not None:
+            if leader.parked:  # and a parked Fetch may be waiting for the HW's turn
+                times += [p.deadline_ms for p in leader.parked.values()]
                 times.append(self._hw_advanced_ms + self.config.hw_notify_delay_ms)
-            times.append(self._leader.since_ms + self.config.check_quorum_timeout_ms)
-            times.extend(p.last_fetch_ms + self.config.check_quorum_timeout_ms
-                         for p in self._leader.voters.values() if p.last_fetch_ms >= 0)
-        times.extend(p.deadline_ms for p in self._consumer_parked.values())
+            quorum_ms = self.config.check_quorum_timeout_ms
+            times.append(leader.since_ms + quorum_ms)
+            times += [p.last_fetch_ms + quorum_ms for p in leader.voters.values() if p.last_fetch_ms >= 0]
+        if self._consumer_parked:
+            times += [p.deadline_ms for p in self._consumer_parked.values()]
         # only future instants matter: anything due now was handled by this poll
-        return min((t for t in times if t > now), default=now + self.config.fetch_timeout_ms)
+        return min([t for t in times if t > now] or times[:1])
 
     def _expire_requests(self, now: int) -> None:
         expired = [c for c, p in self._inflight.items() if p.deadline_ms <= now]
@@ -672,7 +679,11 @@ class RaftCore:
         target = self._read_replica if self._read_replica != NO_ID else s.leader_id
         # one Fetch at a time, wherever it went: two answers could not both apply to our log
         if self._can_send(FetchRequest, target) and not self._fetch_in_flight():
-            self._send_fetch(target, s.epoch, now)
+            # The first Fetch of this state asks without waiting: the leader remembers the HW it
+            # last sent this replica id, and after our restart (or its) that memory is stale; it
+            # would park a fetch with nothing new for fetch_max_wait_ms while we know no HW and
+            # deliver nothing (KIP-1166's problem, without its request field).
+            self._send_fetch(target, s.epoch, now, max_wait_ms=None if s.fetched_ok else 0)
 
     def _fetch_in_flight(self) -> bool:
         return any(kind is FetchRequest for kind, _ in self._inflight_key)

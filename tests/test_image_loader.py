@@ -350,12 +350,57 @@ def test_side_records_replay_in_their_own_order_and_a_bad_one_is_named_or_skippe
 
 
 def test_topic_names_are_cut_from_the_decoded_blob_ascii_or_not():
-    """The bulk path's names: rows in any order, from an ASCII blob (one decode, str slices) and
-    from one holding UTF-8 (name by name), the same names either way."""
+    """The bulk path's names (native names_at and its twin): rows in any order, ASCII or UTF-8,
+    empty names, the same names either way; bad UTF-8 and rows or offsets outside the blob refused."""
+    from kraftlog.engine.image import index as hindex
+    from kraftlog.engine.image import index_pure
     from kraftlog.engine.image.loader import _names_at
 
-    for names in (["a", "topic-1", "", "b.c_d"], ["a", "tópico", "", "b"]):
+    for names in (["a", "topic-1", "", "b.c_d"], ["a", "tópico", "", "b"], [""]):
         blob = "".join(names).encode()
         offsets = np.cumsum([0] + [len(n.encode()) for n in names]).astype(np.int64)
-        rows = np.array([3, 0, 1, 1, 2], dtype=np.int64)
-        assert _names_at(blob, offsets, rows) == [names[r] for r in rows.tolist()]
+        rows = np.array([len(names) - 1, 0, 0], dtype=np.int64)
+        expected = [names[r] for r in rows.tolist()]
+        assert _names_at(blob, offsets, rows) == expected
+        assert index_pure.names_at(blob, offsets, rows.astype(np.int32)) == expected
+    offsets = np.array([0, 2, 3], dtype=np.int64)
+    for impl in (hindex, index_pure):
+        with pytest.raises(UnicodeDecodeError):
+            impl.names_at(b"\xff\xfeA", offsets, np.array([0], dtype=np.int32))
+        with pytest.raises(IndexError, match="name 2"):
+            impl.names_at(b"abc", offsets, np.array([2], dtype=np.int32))
+        with pytest.raises(ValueError, match="outside the blob"):
+            impl.names_at(b"ab", offsets, np.array([1], dtype=np.int32))
+
+
+@pytest.mark.parametrize("fenced,version,in_shutdown", [(1, 0, None), (-1, 1, 1), (0, 1, 1), (1, 2, 0)])
+def test_broker_changes_replay_from_the_columns_and_a_bad_one_is_named_or_skipped(workload, fenced, version,
+                                                                                    in_shutdown):
+    """A BrokerRegistrationChangeRecord (every fence, unfence and controlled shutdown of a
+    production tail) replays from the decoded columns, not the generic codec, to what the
+    generic replay gives; one for a stale broker epoch is reported by offset and type, or skipped
+    and counted; one with a fencing value Kafka does not define still goes to the generic codec,
+    which refuses it."""
+    _, base, _ = workload
+    data = {"BrokerId": 0, "BrokerEpoch": 100, "Fenced": fenced}
+    if in_shutdown is not None:
+        data["InControlledShutdown"] = in_shutdown
+    change = codec.encode_record("BrokerRegistrationChangeRecord", version, data)
+    stale = codec.encode_record("BrokerRegistrationChangeRecord", version, {**data, "BrokerEpoch": 99})
+    undefined = codec.encode_record("BrokerRegistrationChangeRecord", 0, {"BrokerId": 0, "BrokerEpoch": 100,
+                                                                          "Fenced": 5})
+    expected = replay_generic([change], replay_generic(base), first_offset=len(base))
+    manifests = []
+    loader = Loader(skip_errors=True, publishers=[lambda d, i, m: manifests.append(m)])
+    loader.replay(to_log(base))
+    image = loader.replay(to_log([change, stale, undefined], first_offset=len(base)))
+    assert summary(image) == summary(expected)
+    assert image.cluster.brokers[0] == expected.cluster.brokers[0]
+    assert manifests[-1].generic_records == 1  # only the undefined value
+    assert [(o, t) for o, t, _ in manifests[-1].skipped] == [(len(base) + 1, "BrokerRegistrationChangeRecord"),
+                                                              (len(base) + 2, "BrokerRegistrationChangeRecord")]
+    with pytest.raises(MetadataLoadError) as info:
+        loader = Loader()
+        loader.replay(to_log(base))
+        loader.replay(to_log([change, stale], first_offset=len(base)))
+    assert info.value.offset == len(base) + 1 and "epoch" in str(info.value)

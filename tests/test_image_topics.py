@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from kraftlog import _accel
 from kraftlog.engine.image import index as hindex
 from kraftlog.engine.image import index_pure
+from kraftlog.engine.image.index import HashIndex
 from kraftlog.engine.image.table import CHUNK_ROWS, ChunkedTable, Column
 from kraftlog.engine.image.topics import (
     MIGRATING_DIRECTORY,
@@ -215,6 +216,41 @@ def test_scalar_bulk_and_model_agree(seed, steps):
     assert image_state(replay_bulk(TopicsImage.empty(), ops)) == expected
 
 
+@pytest.mark.parametrize("order,accepted", [
+    ([(0, 0), (0, 1), (1, 0), (1, 1), (1, 2)], True),  # as snapshots write them
+    ([(1, 2), (0, 1), (1, 0), (0, 0), (1, 1)], True),  # any order: sorted first
+    ([(0, 0), (0, 1), (1, 0), (1, 0), (1, 2)], False),  # a repeated partition id
+    ([(0, 0), (0, 1), (1, 0), (1, 2)], False),  # a missing one
+    ([(0, 0), (0, 1), (1, 1), (1, 2)], False),  # not starting at 0
+    ([(0, 0), (0, -1), (1, 0)], False),  # a negative one
+])
+def test_bulk_create_takes_partitions_in_any_order_and_refuses_ids_that_are_not_0_to_n(order, accepted):
+    """bulk_create checks the partition ids of each topic are exactly 0..count-1 (on the topics'
+    ends, after an in-order check that spares the sort); otherwise it changes nothing and the
+    loader replays the records one by one."""
+    ids = [uuid.UUID(int=11), uuid.UUID(int=12)]
+    halves = np.array([uuid_to_halves(t) for t in ids], dtype=np.int64)
+    owner = np.array([o for o, _ in order])
+    delta = TopicsImage.empty().delta()
+    ok = delta.bulk_create(
+        id_hi=halves[:, 0].copy(), id_lo=halves[:, 1].copy(), names=["a", "b"],
+        name_hashes=np.array([hindex.hash_name(b"a"), hindex.hash_name(b"b")], dtype=np.uint64),
+        topic_epochs=np.array([0, 0], dtype=np.int64),
+        partitions={"topic_hi": halves[owner, 0], "topic_lo": halves[owner, 1],
+                    "partition_id": np.array([p for _, p in order], dtype=np.int32),
+                    "leader": np.array([10 * o + p for o, p in order], dtype=np.int32),
+                    "leader_epoch": np.zeros(len(order), np.int32), "partition_epoch": np.zeros(len(order), np.int32),
+                    "leader_recovery_state": np.zeros(len(order), np.int8),
+                    "replicas": _pad([(1,)] * len(order), 1), "isr": _pad([(1,)] * len(order), 1)})
+    assert ok == accepted
+    image = delta.apply()
+    if accepted:  # each partition landed at its id, with its own fields
+        assert [image.partition("b", p).leader for p in range(3)] == [10, 11, 12]
+        assert [image.partition("a", p).leader for p in range(2)] == [0, 1]
+    else:
+        assert image.partition_count == 0 and image.topic_row("a") is None
+
+
 def test_a_replica_change_without_directories_gives_new_replicas_unassigned():
     """Kafka's createDirectoriesFrom, also from an all-MIGRATING partition (stored as no list):
     kept replicas keep their directory, a new one gets UNASSIGNED; a change that only drops or
@@ -390,6 +426,24 @@ def test_index_hashes_match_the_twin(names):
         assert hindex.hash_name(name) == index_pure.hash_name(name)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(-(2**63), 2**63 - 1), st.integers(-(2**63), 2**63 - 1)), min_size=1,
+                max_size=40, unique=True), st.lists(st.integers(0, 60), max_size=30))
+def test_id_lookups_match_the_twin_on_strided_queries(ids, picks):
+    """lookup_ids finds each known id's row and -1 for others, reading queries given as strided
+    views (a column of a decoded [n, 2] table) in place, as the twin does."""
+    table = np.array(ids, dtype=np.int64)
+    hi, lo = table[:, 0].copy(), table[:, 1].copy()
+    index = HashIndex.build(hindex.hash_ids(hi, lo), np.arange(len(ids), dtype=np.int32))
+    queries = np.array([ids[k] if k < len(ids) else (k, -k) for k in picks] or [(0, 0)], dtype=np.int64)
+    known = {pair: row for row, pair in enumerate(ids)}
+    expected = [known.get(tuple(q), -1) for q in queries.tolist()]
+    for lookup in (hindex.lookup_ids_raw, index_pure.lookup_ids):
+        got = lookup(index.slot_hash, index.slot_row, hi, lo, queries[:, 0], queries[:, 1])
+        assert got.tolist() == expected, lookup
+    assert index.lookup_ids(hi, lo, queries[:, 0], queries[:, 1]).tolist() == expected
+
+
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.tuples(st.integers(-(2**31), 2**31 - 1), st.integers(-128, 127), st.integers(-(2**63), 2**63 - 1),
                           st.lists(st.integers(0, 2**31 - 1), max_size=5)), min_size=1, max_size=30),
@@ -500,6 +554,95 @@ def test_chunk_gather_and_scatter_match_their_twins(column, broadcast_first):
             by_hand[r >> SHIFT][r & 7] = values[i]
     for a, b, c in zip(written[hindex], written[index_pure], by_hand, strict=True):
         assert np.array_equal(a, b) and np.array_equal(a, c)
+
+
+@st.composite
+def partition_changes(draw):
+    """(chunk arrays of the six columns a PartitionChangeRecord writes, the changes): a few chunks
+    of up to 8 rows, list columns of chunk widths 1-4, changes in any order with repeated rows,
+    NO_LEADER_CHANGE (-2), unchanged recovery (-1) and null lists (count -1) mixed in."""
+    sizes = draw(st.lists(st.integers(1, 1 << SHIFT), min_size=1, max_size=3))
+    widths = [draw(st.integers(1, 4)) for _ in sizes]
+    ints = st.integers(-1, 9)
+    columns = {name: [np.array(draw(st.lists(ints, min_size=n, max_size=n)), dtype)
+                      for n in sizes] for name, dtype in (("partition_epoch", np.int32), ("leader_epoch", np.int32),
+                                                          ("leader", np.int32), ("recovery", np.int8))}
+    for name in ("isr", "replicas"):
+        columns[name] = [np.array(draw(st.lists(ints, min_size=n * w, max_size=n * w)), np.int32).reshape(n, w)
+                         for n, w in zip(sizes, widths, strict=True)]
+    valid = [(k << SHIFT) + local for k, n in enumerate(sizes) for local in range(n)]
+    n = draw(st.integers(0, 24))
+    rows = np.array(draw(st.lists(st.sampled_from(valid), min_size=n, max_size=n)), dtype=np.int64)
+    width = min(widths)
+    change = {
+        "leader": np.array(draw(st.lists(st.integers(-2, 5), min_size=n, max_size=n)), np.int32),
+        "recovery": np.array(draw(st.lists(st.integers(-1, 1), min_size=n, max_size=n)), np.int8),
+        "isr_count": np.array(draw(st.lists(st.integers(-1, width), min_size=n, max_size=n)), np.int16),
+        "replica_count": np.array(draw(st.lists(st.integers(-1, width), min_size=n, max_size=n)), np.int16),
+    }
+    for name, count in (("isr", "isr_count"), ("replicas", "replica_count")):
+        lists = np.full((n, width), -1, np.int32)
+        for i, c in enumerate(change[count].tolist()):
+            lists[i, :max(c, 0)] = draw(st.lists(st.integers(0, 9), min_size=max(c, 0), max_size=max(c, 0)))
+        change[name] = lists
+    return columns, rows, change
+
+
+def _changes_by_hand(columns: dict, rows: np.ndarray, change: dict) -> dict:
+    """Kafka's merge, one record at a time, on copies of the columns."""
+    out = {name: [np.array(a) for a in arrays] for name, arrays in columns.items()}
+    for i, r in enumerate(rows.tolist()):
+        k, local = r >> SHIFT, r & ((1 << SHIFT) - 1)
+        out["partition_epoch"][k][local] += 1
+        if change["leader"][i] != -2:
+            out["leader_epoch"][k][local] += 1
+            out["leader"][k][local] = change["leader"][i]
+        if change["recovery"][i] != -1:
+            out["recovery"][k][local] = change["recovery"][i]
+        for name, count in (("isr", "isr_count"), ("replicas", "replica_count")):
+            if change[count][i] >= 0:
+                out[name][k][local] = -1
+                out[name][k][local, :change[name].shape[1]] = change[name][i]
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(partition_changes())
+def test_partition_changes_in_log_order_match_their_twin_and_a_record_by_record_merge(data):
+    """apply_partition_changes (one native pass in log order) writes what its twin (numpy per
+    column) writes and what merging the records one at a time gives: epochs counted, the last
+    writer of each field winning; a column's chunks no change writes may be None."""
+    columns, rows, change = data
+    expected = _changes_by_hand(columns, rows, change)
+    writes = {"partition_epoch": np.ones(len(rows), bool), "leader_epoch": change["leader"] != -2,
+              "leader": change["leader"] != -2, "recovery": change["recovery"] != -1,
+              "isr": change["isr_count"] >= 0, "replicas": change["replica_count"] >= 0}
+    for impl in (hindex, index_pure):
+        copies = {}
+        for name, arrays in columns.items():
+            written = set((rows[writes[name]] >> SHIFT).tolist())
+            copies[name] = [np.array(a) if k in written else None for k, a in enumerate(arrays)]
+        impl.apply_partition_changes(copies["partition_epoch"], copies["leader_epoch"], copies["leader"],
+                                     copies["recovery"], copies["isr"], copies["replicas"], rows, change["leader"],
+                                     change["recovery"], change["isr"], change["isr_count"], change["replicas"],
+                                     change["replica_count"], SHIFT)
+        for name, arrays in copies.items():
+            for k, a in enumerate(arrays):
+                assert a is None or np.array_equal(a, expected[name][k]), (impl.IMPLEMENTATION, name, k)
+
+
+@pytest.mark.parametrize("impl", [hindex, index_pure], ids=["public", "twin"])
+def test_partition_changes_refuse_a_row_outside_the_given_chunks(impl):
+    # a change whose row lies in a chunk its column was not given (None) or past a chunk's rows
+    cols = [[np.zeros(8, np.int32)] for _ in range(3)] + [[np.zeros(8, np.int8)]] + \
+        [[np.zeros((8, 2), np.int32)] for _ in range(2)]
+    args = (np.array([-2], np.int32), np.array([-1], np.int8), np.full((1, 2), -1, np.int32),
+            np.array([-1], np.int16), np.full((1, 2), -1, np.int32), np.array([-1], np.int16), SHIFT)
+    with pytest.raises(IndexError, match="row 8"):
+        impl.apply_partition_changes(*cols, np.array([8], np.int64), *args)
+    cols[0] = [None]
+    with pytest.raises(IndexError, match="row 1"):
+        impl.apply_partition_changes(*cols, np.array([1], np.int64), *args)
 
 
 @pytest.mark.parametrize("impl", [hindex, index_pure], ids=["public", "twin"])

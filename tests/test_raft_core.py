@@ -464,6 +464,34 @@ def test_follower_appends_fetched_batches_and_learns_the_high_watermark():
     assert only(r.messages, FetchRequest).body.fetch_offset == 3
 
 
+def test_a_restarted_follower_first_fetches_without_waiting_then_waits_as_configured():
+    """The first Fetch of a follower state asks with max wait 0: a leader that remembers sending
+    this replica id its HW (before the replica restarted) would otherwise park a fetch with nothing
+    new for fetch_max_wait_ms while the restarted replica knows no HW. After one answer, waits as
+    configured. And the leader answers a max-wait-0 fetch at once even when it thinks the replica
+    already knows its HW."""
+    h = Harness(node_id=2, stored=ElectionState(1, 1, NO_ID, frozenset({1, 2, 3})), log=log_with((1, 3)))
+    first = only(h.ready().messages, FetchRequest)
+    assert first.body.max_wait_ms == 0
+    h.core.step(Envelope(1, 2, first.correlation_id, FetchResponse(Errors.NONE, Errors.NONE, 1, 1,
+                                                                   high_watermark=3, batches=())))
+    second = only(h.ready().messages, FetchRequest)
+    assert second.body.max_wait_ms == CONFIG.fetch_max_wait_ms and h.core.high_watermark == 3
+
+    leader = Harness(log=log_with((1, 3)))
+    make_leader(leader)
+    end = leader.log.end_offset()
+    last = leader.log.last_fetched_epoch()
+    for voter in (2, 3):  # both caught up: the HW covers the log, and both were told it
+        leader.request(voter, fetch(end, last, epoch=leader.core.epoch, replica=voter))
+        leader.request(voter, fetch(end, last, epoch=leader.core.epoch, replica=voter))
+    parked = leader.request(2, fetch(end, last, epoch=leader.core.epoch, replica=2))
+    assert [m for m in parked.messages if isinstance(m.body, FetchResponse)] == []  # it thinks 2 knows the HW
+    restarted = leader.request(2, fetch(end, last, epoch=leader.core.epoch, replica=2, max_wait_ms=0))
+    answer = only(restarted.messages, FetchResponse)
+    assert answer.body.high_watermark == leader.core.high_watermark == end
+
+
 # ---- KIP-392: observers reading from a follower in their rack -------------------------------------
 
 RACKED = RaftConfig(election_timeout_ms=100, election_backoff_max_ms=50, fetch_timeout_ms=200,

@@ -309,6 +309,27 @@ def test_responses_naming_an_unusable_epoch_are_malformed():
                 wire.decode_response_body(frame[4:], request)
 
 
+@pytest.mark.parametrize("make", [
+    lambda e: FetchResponse(Errors.NONE, Errors.NONE, 1, e),
+    lambda e: FetchResponse(Errors.NONE, Errors.NONE, 1, 5, diverging_epoch=OffsetAndEpoch(10, e)),
+    lambda e: FetchResponse(Errors.NONE, Errors.NONE, 1, 5, snapshot_id=OffsetAndEpoch(10, e)),
+    lambda e: FetchRequest(None, 2, 0, 10, 5, 0, e, 0),
+])
+def test_every_epoch_a_message_carries_is_bounded(make):
+    """check_epochs reads each message type's epoch fields from a per-type list: named *epoch*,
+    or an OffsetAndEpoch (which may be None). Each of them is bounded, None passes."""
+    wire.check_epochs(make(wire.MAX_EPOCH), "m")
+    wire.check_epochs(FetchResponse(Errors.NONE, Errors.NONE, 1, 5), "m")  # no snapshot id, no divergence
+    with pytest.raises(wire.WireFormatError, match="above the largest usable epoch"):
+        wire.check_epochs(make(wire.MAX_EPOCH + 1), "m")
+
+
+def test_an_unknown_error_code_is_malformed():
+    assert wire.error_of(0) is Errors.NONE and wire.error_of(Errors.FENCED_LEADER_EPOCH) is Errors.FENCED_LEADER_EPOCH
+    with pytest.raises(wire.WireFormatError, match="error code 30000 is not one raft knows"):
+        wire.error_of(30000)
+
+
 def test_produce_with_null_topics_is_malformed():
     """A Produce whose topic array (or partition array) is null is a malformed request, not a
     TypeError inside the handler."""

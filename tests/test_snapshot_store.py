@@ -13,6 +13,7 @@ import threading
 import uuid
 
 import pytest
+import zstandard
 from image_summary import summary
 
 from kraftlog import _accel
@@ -23,6 +24,7 @@ from kraftlog.engine.image.writer import write_image
 from kraftlog.engine.records import batch
 from kraftlog.engine.records import metadata as codec
 from kraftlog.engine.records.batch import CODEC_ZSTD, Record
+from kraftlog.engine.records.wire import crc32c
 from kraftlog.engine.snapshot import (
     LazyImageUnsupportedError,
     LazySnapshotImage,
@@ -39,7 +41,9 @@ from kraftlog.engine.snapshot import (
     load_latest_valid,
     parse_checkpoint_name,
 )
-from kraftlog.engine.snapshot.layout import chunk_key, id_key, index_key
+from kraftlog.engine.snapshot.layout import CHUNK_HEADER, chunk_key, id_key, index_key, key_crc
+from kraftlog.engine.snapshot.layout import CODEC_NONE as CODEC_NONE_CHUNK
+from kraftlog.engine.snapshot.layout import CODEC_ZSTD as CODEC_ZSTD_CHUNK
 
 pytestmark = pytest.mark.twin
 
@@ -199,6 +203,52 @@ def test_a_corrupt_chunk_is_named_and_the_loader_falls_back_to_the_previous_snap
     with pytest.raises(SnapshotCorruptError, match=f"chunk {bad}"):
         for n, p in questions:
             lazy.partition(n, p)
+
+
+def _rewrite_chunk(store: SnapshotStore, sid: SnapshotId, no: int, codec_id: int, raw_bytes: int,
+                   payload: bytes) -> None:
+    """Store chunk ``no`` with this header and payload under a valid CRC: a chunk that passes its
+    CRC and still lies about what it holds (a bug of the writer, not of the disk)."""
+    key = chunk_key(sid, no)
+    db = store.env.open_db(b"chunks")
+    with store.env.begin(write=True, db=db) as txn:
+        start = CHUNK_HEADER.unpack_from(txn.get(key), 0)[3]
+        body = CHUNK_HEADER.pack(0, codec_id, raw_bytes, start)[4:] + payload
+        txn.put(key, crc32c(body, key_crc(key)).to_bytes(4, "big") + body)
+
+
+@pytest.mark.parametrize("codec_id,delta,problem", [
+    (CODEC_ZSTD_CHUNK, +1, "header says"),  # the frame holds one byte less than the header says
+    (CODEC_ZSTD_CHUNK, -1, "more than"),  # ... one byte more
+    (CODEC_NONE_CHUNK, +1, "header says"),
+    (CODEC_ZSTD_CHUNK, 0, "does not decompress"),  # not a zstd frame at all
+])
+def test_a_chunk_whose_payload_does_not_match_its_header_is_refused(store, image, codec_id, delta, problem):
+    # read_stream decompresses each chunk straight into the stream's buffer: a frame longer or
+    # shorter than its header's raw size is refused, never written past its place.
+    manifest, _ = store.write_image((1000, 1), image)
+    sid = SnapshotId(1000, 1)
+    no = manifest.chunk_count // 2
+    raw, _ = store.read_chunk_raw(sid, no)
+    if problem == "does not decompress":
+        payload = b"\x00not a zstd frame" * 8
+    else:
+        payload = zstandard.ZstdCompressor().compress(raw) if codec_id == CODEC_ZSTD_CHUNK else raw
+    _rewrite_chunk(store, sid, no, codec_id, len(raw) + delta, payload)
+    with pytest.raises(SnapshotCorruptError, match=problem) as info:
+        store.read_stream(sid)
+    assert info.value.what == f"chunk {no}" and info.value.snapshot_id == sid
+    with pytest.raises(SnapshotCorruptError, match=f"chunk {no}"):
+        store.load_image(sid)
+
+
+def test_read_stream_is_the_stream_the_chunks_hold(store, image):
+    # The stream read in one piece equals its chunks read one by one, and loads as the image.
+    manifest, _ = store.write_image((1000, 1), image)
+    _, stream = store.read_stream()
+    parts = [store.read_chunk_raw((1000, 1), no)[0] for no in range(manifest.chunk_count)]
+    assert bytes(stream) == b"".join(parts) and len(stream) == manifest.stream_bytes
+    assert summary(Loader().load_snapshot(stream, end_offset=1000, epoch=1)) == summary(image)
 
 
 @pytest.mark.parametrize("db_name,part", [(b"manifests", "manifest"), (b"index", "index partitions")])

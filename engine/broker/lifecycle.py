@@ -145,8 +145,13 @@ class BrokerLifecycle:
             try:
                 if self.broker_epoch < 0:
                     await self._register()
-                else:
-                    await self._heartbeat()
+                    backoff_ms = self.config.retry_backoff_ms
+                    self._unreachable_since = None
+                    # the first heartbeat at once (Kafka's BrokerLifecycleManager after a
+                    # registration): its answer says whether we caught up, and until it does
+                    # a restarted broker answers no client Metadata
+                    continue
+                await self._heartbeat()
                 backoff_ms = self.config.retry_backoff_ms
                 self._unreachable_since = None
                 if self.broker_epoch >= 0 and not self._shut_down_allowed.is_set():

@@ -317,9 +317,16 @@ class MetadataDelta:
         self._fence(d, topic_epoch, fenced=False)
 
     def _broker_change(self, d, topic_epoch):
-        current = self._broker_or_raise(d["BrokerId"], d["BrokerEpoch"], "BrokerRegistrationChangeRecord")
-        updated = apply_broker_change(current, d.get("Fenced", FENCING_NONE),
-                                      d.get("InControlledShutdown", CONTROLLED_SHUTDOWN_NONE), d.get("LogDirs"))
+        self.replay_broker_change(d["BrokerId"], d["BrokerEpoch"], d.get("Fenced", FENCING_NONE),
+                                  d.get("InControlledShutdown", CONTROLLED_SHUTDOWN_NONE), d.get("LogDirs"))
+
+    def replay_broker_change(self, broker_id: int, broker_epoch: int, fencing: int, controlled_shutdown: int,
+                             log_dirs=None) -> None:
+        """A BrokerRegistrationChangeRecord given by its fields (Kafka's enums: fencing 1 fence,
+        0 none, -1 unfence; controlled shutdown 1 in, 0 none): what the loader calls with the
+        decoded columns, without a per-record dict."""
+        current = self._broker_or_raise(broker_id, broker_epoch, "BrokerRegistrationChangeRecord")
+        updated = apply_broker_change(current, fencing, controlled_shutdown, log_dirs)
         if self.brokers.put(current.broker_id, updated):
             self.changed.add("cluster")
 

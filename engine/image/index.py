@@ -25,6 +25,8 @@ lookup_partition = _impl.lookup_partition
 read_row = _impl.read_row
 gather_rows = _impl.gather_rows
 scatter_rows = _impl.scatter_rows
+apply_partition_changes = _impl.apply_partition_changes
+names_at = _impl.names_at
 
 EMPTY = -1
 MIN_SLOTS = 1024
@@ -105,8 +107,10 @@ class HashIndex:
     def lookup_ids(self, id_hi: np.ndarray, id_lo: np.ndarray, query_hi: np.ndarray, query_lo: np.ndarray) -> np.ndarray:
         """Rows of the queried ids, verified against the id columns (indexed by row); -1 when absent."""
         c = np.ascontiguousarray
+        # the queries as they are when already int64 (a strided view is read in place: at 1M
+        # partitions a contiguous copy of both id halves is ~16 MB of fresh pages)
         return lookup_ids_raw(self.slot_hash, self.slot_row, c(id_hi, dtype=np.int64), c(id_lo, dtype=np.int64),
-                              c(query_hi, dtype=np.int64), c(query_lo, dtype=np.int64))
+                              np.asarray(query_hi, dtype=np.int64), np.asarray(query_lo, dtype=np.int64))
 
     def insert_many(self, hashes: np.ndarray, rows: np.ndarray) -> None:
         assert not self.frozen, "a published index is immutable"

@@ -209,3 +209,59 @@ def scatter_rows(arrays: list, rows: np.ndarray, values: np.ndarray, shift: int)
         block = np.full((len(positions), array.shape[1]), PAD, dtype=array.dtype)
         block[:, : values.shape[1]] = values[positions]
         array[local] = block
+
+
+NO_LEADER_CHANGE = -2
+
+
+def apply_partition_changes(partition_epoch: list, leader_epoch: list, leader_col: list, recovery_col: list,
+                            isr_col: list, replicas_col: list, rows: np.ndarray, leader: np.ndarray,
+                            recovery: np.ndarray, isr: np.ndarray, isr_count: np.ndarray, replicas: np.ndarray,
+                            replica_count: np.ndarray, shift: int) -> None:
+    """The native apply_partition_changes, vectorised per column: counts with np.add.at, and for
+    the other fields numpy's fancy assignment, where of repeated indexes the last (log order) wins."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if not (len(leader) == len(recovery) == len(isr_count) == len(replica_count) == len(isr) == len(replicas)
+            == len(rows)):
+        raise ValueError("every change column must have one value per row")
+    _check_dtype(partition_epoch + leader_epoch + leader_col + isr_col + replicas_col, np.dtype(np.int32))
+    _check_dtype(recovery_col, np.dtype(np.int8))
+    named = leader != NO_LEADER_CHANGE
+    _count(partition_epoch, rows, shift)
+    _count(leader_epoch, rows[named], shift)
+    _last(leader_col, rows, named, leader, shift)
+    _last(recovery_col, rows, recovery != -1, recovery, shift)
+    _last(isr_col, rows, isr_count >= 0, isr, shift)
+    _last(replicas_col, rows, replica_count >= 0, replicas, shift)
+
+
+def _count(arrays: list, rows: np.ndarray, shift: int) -> None:
+    for array, _, local in _by_chunk(arrays, rows, shift):
+        np.add.at(array, local, 1)
+
+
+def _last(arrays: list, rows: np.ndarray, mask: np.ndarray, values: np.ndarray, shift: int) -> None:
+    picked = np.flatnonzero(mask)
+    for array, positions, local in _by_chunk(arrays, rows[picked], shift):
+        if values.ndim == 1:
+            array[local] = values[picked[positions]]
+            continue
+        if array.ndim != 2 or array.shape[1] < values.shape[1]:
+            raise IndexError(f"row {int(rows[picked[positions[0]]])} is not in the given (writable, wide enough) chunks")
+        block = np.full((len(positions), array.shape[1]), PAD, dtype=array.dtype)
+        block[:, : values.shape[1]] = values[picked[positions]]
+        array[local] = block
+
+
+def names_at(blob, offsets: np.ndarray, rows: np.ndarray) -> list[str]:
+    """The native names_at: the names of ``rows`` (name r: blob[offsets[r]:offsets[r + 1]])."""
+    bounds, data = offsets.tolist(), bytes(blob)
+    out = []
+    for r in rows.tolist():
+        if not 0 <= r < len(bounds) - 1:
+            raise IndexError(f"name {r} is not among the blob's {len(bounds) - 1}")
+        lo, hi = bounds[r], bounds[r + 1]
+        if lo < 0 or hi < lo or hi > len(data):
+            raise ValueError(f"name {r}: offsets {lo}..{hi} run outside the blob")
+        out.append(data[lo:hi].decode())
+    return out

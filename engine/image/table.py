@@ -270,8 +270,14 @@ class TableWriter:
         values = np.ascontiguousarray(values, dtype=self.columns[name].dtype)
         width = values.shape[1] if values.ndim == 2 else 0
         # the chunks written, owned (copied on first write) first; then one call writes every row
-        arrays = self._writable_arrays(name, np.flatnonzero(np.bincount(rows >> CHUNK_SHIFT)), width)
-        native.scatter_rows(arrays, rows, values, CHUNK_SHIFT)
+        native.scatter_rows(self.writable_arrays(name, rows, width), rows, values, CHUNK_SHIFT)
+
+    def writable_arrays(self, name: str, rows: np.ndarray, width: int = 0) -> list:
+        """The arrays of column ``name`` by chunk for a native writer: owned (copied on first write,
+        at least ``width`` wide) in every chunk ``rows`` (int64) lie in, None in chunks never written."""
+        if not len(rows):
+            return self._writable_arrays(name, np.empty(0, np.int64), width)
+        return self._writable_arrays(name, np.flatnonzero(np.bincount(rows >> CHUNK_SHIFT)), width)
 
     def append(self, arrays: Mapping[str, np.ndarray]) -> int:
         """Append rows given whole columns (missing columns get their fill); returns the first row id."""

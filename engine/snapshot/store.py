@@ -19,6 +19,7 @@ transaction (MapResizedError -> adopt the new size).
 
 from __future__ import annotations
 
+import mmap
 import os
 import threading
 import time
@@ -431,9 +432,9 @@ class SnapshotStore:
             self._delete_in(txn, sid)
 
     # -- reading -------------------------------------------------------------------------------------
-    def _chunk_in(self, txn, sid: SnapshotId, no: int, manifest: Manifest):
-        """The raw bytes of chunk ``no``, verified: a zero-copy view for codec none (valid only inside
-        the transaction), new bytes for zstd."""
+    def _verified_chunk(self, txn, sid: SnapshotId, no: int) -> tuple[int, int, int, memoryview]:
+        """(codec, raw bytes, stream position, payload) of chunk ``no``, its CRC checked; the
+        payload is a view into the map, valid only inside the transaction."""
         key = chunk_key(sid, no)
         value = txn.get(key, db=self._chunks)
         what = f"chunk {no}"
@@ -446,19 +447,56 @@ class SnapshotStore:
         if stored != computed:
             raise SnapshotCorruptError(sid, what, f"CRC mismatch (stored {stored:#010x}, computed {computed:#010x})",
                                        position=start)
-        payload = value[CHUNK_HEADER.size:]
-        if codec == CODEC_NONE:
-            raw = payload
-        elif codec == CODEC_ZSTD:
+        if codec not in (CODEC_NONE, CODEC_ZSTD):
+            raise SnapshotCorruptError(sid, what, f"unknown chunk codec {codec}", position=start)
+        return codec, raw_bytes, start, value[CHUNK_HEADER.size:]
+
+    def _chunk_in(self, txn, sid: SnapshotId, no: int, manifest: Manifest):
+        """The raw bytes of chunk ``no``, verified: a zero-copy view for codec none (valid only inside
+        the transaction), new bytes for zstd."""
+        codec, raw_bytes, start, payload = self._verified_chunk(txn, sid, no)
+        raw = payload
+        if codec == CODEC_ZSTD:
             try:
                 raw = _decompressor().decompress(payload, max_output_size=raw_bytes)
             except zstandard.ZstdError as exc:
-                raise SnapshotCorruptError(sid, what, f"zstd payload does not decompress: {exc}", position=start) from None
-        else:
-            raise SnapshotCorruptError(sid, what, f"unknown chunk codec {codec}", position=start)
+                raise SnapshotCorruptError(sid, f"chunk {no}", f"zstd payload does not decompress: {exc}",
+                                           position=start) from None
         if len(raw) != raw_bytes:
-            raise SnapshotCorruptError(sid, what, f"{len(raw)} raw bytes, header says {raw_bytes}", position=start)
+            raise SnapshotCorruptError(sid, f"chunk {no}", f"{len(raw)} raw bytes, header says {raw_bytes}",
+                                       position=start)
         return raw, start
+
+    def _chunk_into(self, txn, sid: SnapshotId, no: int, out: memoryview, pos: int) -> int:
+        """Chunk ``no``, verified, written at ``out[pos:]`` (decompressed straight there: no bytes
+        object per chunk, no second copy); its raw size. It must start at ``pos`` and fit."""
+        codec, raw_bytes, start, payload = self._verified_chunk(txn, sid, no)
+        what = f"chunk {no}"
+        if start != pos or pos + raw_bytes > len(out):
+            raise SnapshotCorruptError(sid, what, f"covers {start}..{start + raw_bytes}, expected to start at {pos} "
+                                       f"within {len(out)} bytes", position=start)
+        target = out[pos:pos + raw_bytes]
+        if codec == CODEC_NONE:
+            if len(payload) != raw_bytes:
+                raise SnapshotCorruptError(sid, what, f"{len(payload)} raw bytes, header says {raw_bytes}",
+                                           position=start)
+            target[:] = payload
+            return raw_bytes
+        try:
+            with _decompressor().stream_reader(payload) as reader:
+                got = 0
+                while got < raw_bytes:  # a reader may return less than asked; 0 at the frame's end
+                    n = reader.readinto(target[got:])
+                    if n == 0:
+                        break
+                    got += n
+                extra = len(reader.read(1)) if got == raw_bytes else 0
+        except zstandard.ZstdError as exc:
+            raise SnapshotCorruptError(sid, what, f"zstd payload does not decompress: {exc}", position=start) from None
+        if got != raw_bytes or extra:
+            raise SnapshotCorruptError(sid, what, f"{'more than ' if extra else ''}{got} raw bytes, header says "
+                                       f"{raw_bytes}", position=start)
+        return raw_bytes
 
     def _table_in(self, txn, sid: SnapshotId, name: str) -> sindex.Table:
         key = index_key(sid, name)
@@ -493,20 +531,16 @@ class SnapshotStore:
             raw, start = self._chunk_in(txn, sid, no, manifest)
             return bytes(raw), start
 
-    def read_stream(self, snapshot_id=None, *, verify_stream_crc: bool = True) -> tuple[Manifest, bytearray]:
-        """The whole .checkpoint stream of a snapshot (default: the newest), every chunk verified."""
+    def read_stream(self, snapshot_id=None, *, verify_stream_crc: bool = True) -> tuple[Manifest, memoryview]:
+        """The whole .checkpoint stream of a snapshot (default: the newest), every chunk verified, as
+        a writable byte view (of _stream_buffer's memory), each chunk decompressed straight into it."""
         with self._read() as txn:
             sid = self._resolve_in(txn, snapshot_id)
             manifest = self._manifest_in(txn, sid)
-            out = bytearray(manifest.stream_bytes)
+            out = _stream_buffer(manifest.stream_bytes)
             pos = 0
             for no in range(manifest.chunk_count):
-                raw, start = self._chunk_in(txn, sid, no, manifest)
-                if start != pos or pos + len(raw) > len(out):
-                    raise SnapshotCorruptError(sid, f"chunk {no}", f"covers {start}..{start + len(raw)}, expected "
-                                               f"to start at {pos} within {len(out)} bytes", position=start)
-                out[pos:pos + len(raw)] = raw
-                pos += len(raw)
+                pos += self._chunk_into(txn, sid, no, out, pos)
         if pos != len(out):
             raise SnapshotCorruptError(sid, "stream", f"chunks hold {pos} bytes, manifest says {len(out)}")
         if verify_stream_crc:
@@ -576,6 +610,18 @@ def _decompressor() -> zstandard.ZstdDecompressor:
     if dctx is None:
         dctx = _local.dctx = zstandard.ZstdDecompressor()
     return dctx
+
+
+def _stream_buffer(size_bytes: int) -> memoryview:
+    """``size_bytes`` of fresh memory for a snapshot's stream: an anonymous mapping populated in one
+    system call (MAP_POPULATE; plain elsewhere). Measured at a 1M-partition snapshot (121 MiB, read
+    then decoded, 8 fresh processes each): a bytearray (zero-filled, then each chunk's bytes copied
+    in) 0.21 s; np.empty (numpy asks for huge pages) 0.15-0.44 s, half the runs stalled on huge
+    page faults; this 0.19-0.21 s."""
+    if size_bytes == 0 or not hasattr(mmap, "MAP_ANONYMOUS"):  # (no anonymous mappings: Windows)
+        return memoryview(bytearray(size_bytes))
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
+    return memoryview(mmap.mmap(-1, size_bytes, flags=flags))
 
 
 def _chunk_bounds(positions: np.ndarray, sizes: np.ndarray, target_bytes: int, total: int) -> np.ndarray:
