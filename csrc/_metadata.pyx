@@ -108,7 +108,8 @@ DEF K_FEATURE = 6
 DEF K_FENCE = 7
 DEF K_BROKER_CHANGE = 8
 DEF K_REGISTER = 9
-DEF K_COUNT = 10
+DEF K_PRODUCER_IDS = 10
+DEF K_COUNT = 11
 
 
 # ---- errors --------------------------------------------------------------------------------------
@@ -503,6 +504,12 @@ cdef struct Ctx:
     Blob rg_rack
     uint8_t *rg_rack_null
     uint8_t *rg_extras
+    # producer id blocks
+    int32_t *pi_rec
+    int32_t *pi_broker
+    int64_t *pi_epoch
+    int64_t *pi_next
+    uint8_t *pi_extras
 
 
 cdef inline int kind_of(int64_t api_key, int64_t version) noexcept nogil:
@@ -525,6 +532,8 @@ cdef inline int kind_of(int64_t api_key, int64_t version) noexcept nogil:
         return K_BROKER_CHANGE if version <= 2 else K_OTHER
     if api_key == 0:
         return K_REGISTER if version <= 3 else K_OTHER
+    if api_key == 15:
+        return K_PRODUCER_IDS if version == 0 else K_OTHER
     return K_OTHER
 
 
@@ -935,6 +944,15 @@ cdef int body_fence(Ctx *x, Cur *c, int64_t row, bint fenced) noexcept nogil:
     return plain_tags(c, x.e_extras + row)
 
 
+cdef int body_producer_ids(Ctx *x, Cur *c, int64_t row) noexcept nogil:
+    # ProducerIdsRecord v0: BrokerId int32, BrokerEpoch int64, NextProducerId int64
+    if rd_i32(c, x.pi_broker + row, "BrokerId") < 0 or rd_i64(c, x.pi_epoch + row, "BrokerEpoch") < 0:
+        return -1
+    if rd_i64(c, x.pi_next + row, "NextProducerId") < 0:
+        return -1
+    return plain_tags(c, x.pi_extras + row)
+
+
 cdef int body_broker_change(Ctx *x, Cur *c, int64_t row, int64_t version) noexcept nogil:
     # BrokerRegistrationChangeRecord v0-2: BrokerId int32, BrokerEpoch int64; tags: 0 Fenced int8
     # (1 fence, 0 no change, -1 unfence), 1 InControlledShutdown int8 (v1+; 1 yes, 0 no change),
@@ -1092,6 +1110,9 @@ cdef int pass2(Ctx *x, const uint8_t *p, Err *err) noexcept nogil:
         elif kind == K_BROKER_CHANGE:
             x.bc_rec[row] = <int32_t>i
             rc = body_broker_change(x, &c, row, version)
+        elif kind == K_PRODUCER_IDS:
+            x.pi_rec[row] = <int32_t>i
+            rc = body_producer_ids(x, &c, row)
         else:
             x.rg_rec[row] = <int32_t>i
             rc = body_register(x, &c, row, version)
@@ -1428,9 +1449,19 @@ cdef dict allocate_tables(Ctx *x):
     x.rg_rack_null = p_u8(regs["rack_null"])
     x.rg_extras = p_u8(regs["extras"])
 
+    k = x.counts[K_PRODUCER_IDS]
+    pids = {"record_index": np.empty(k, np.int32), "broker_id": np.empty(k, np.int32),
+            "broker_epoch": np.empty(k, np.int64), "next_producer_id": np.empty(k, np.int64),
+            "extras": np.empty(k, np.bool_)}
+    x.pi_rec = p_i32(pids["record_index"])
+    x.pi_broker = p_i32(pids["broker_id"])
+    x.pi_epoch = p_i64(pids["broker_epoch"])
+    x.pi_next = p_i64(pids["next_producer_id"])
+    x.pi_extras = p_u8(pids["extras"])
+
     return {"other": other, "topics": topics, "partitions": parts, "partition_changes": changes,
             "remove_topics": removes, "configs": configs, "features": features, "fence": fence,
-            "broker_changes": bchanges, "broker_registrations": regs}
+            "broker_changes": bchanges, "broker_registrations": regs, "producer_ids": pids}
 
 
 cdef dict finish_tables(Ctx *x, dict tables):

@@ -35,7 +35,8 @@ FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthChe
 # (record name, version) -> table; everything else lands in "other"
 HOT = {("TopicRecord", 0): "topics", ("RemoveTopicRecord", 0): "remove_topics",
        ("ConfigRecord", 0): "configs", ("FeatureLevelRecord", 0): "features",
-       ("FenceBrokerRecord", 0): "fence", ("UnfenceBrokerRecord", 0): "fence"}
+       ("FenceBrokerRecord", 0): "fence", ("UnfenceBrokerRecord", 0): "fence",
+       ("ProducerIdsRecord", 0): "producer_ids"}
 HOT.update({("PartitionRecord", v): "partitions" for v in range(3)})
 HOT.update({("PartitionChangeRecord", v): "partition_changes" for v in range(3)})
 HOT.update({("BrokerRegistrationChangeRecord", v): "broker_changes" for v in range(3)})
@@ -127,6 +128,12 @@ def fence(draw):
 
 
 @st.composite
+def producer_ids(draw):
+    d = {"BrokerId": draw(i32), "BrokerEpoch": draw(i64), "NextProducerId": draw(i64)}
+    return "ProducerIdsRecord", 0, _with_tags(d, draw(unknown_tags))
+
+
+@st.composite
 def remove_topic(draw):
     return "RemoveTopicRecord", 0, _with_tags({"TopicId": draw(uuids)}, draw(unknown_tags))
 
@@ -162,8 +169,7 @@ def register_broker(draw):
 
 @st.composite
 def other_known(draw):
-    name = draw(st.sampled_from(["NoOpRecord", "UnregisterBrokerRecord", "ProducerIdsRecord",
-                                 "RegisterControllerRecord", "AccessControlEntryRecord"]))
+    name = draw(st.sampled_from(["NoOpRecord", "UnregisterBrokerRecord", "RegisterControllerRecord", "AccessControlEntryRecord"]))
     return name, 0, {}
 
 
@@ -183,7 +189,7 @@ def _encode(spec) -> bytes:
 
 
 records = st.one_of(topic(), partition(), partition(), partition_change(), config(), feature(), fence(),
-                    remove_topic(), broker_change(), register_broker(), other_known(), unknown_frame())
+                    remove_topic(), broker_change(), register_broker(), producer_ids(), other_known(), unknown_frame())
 
 
 @st.composite
@@ -401,6 +407,12 @@ def check_broker_change(t, row, d, rec, canonical=True):
     assert t.extras[row] == extras or (t.extras[row] and not canonical)
 
 
+def check_producer_ids(t, row, d, rec, canonical=True):
+    assert (t.broker_id[row], t.broker_epoch[row]) == (d["BrokerId"], d["BrokerEpoch"])
+    assert t.next_producer_id[row] == d["NextProducerId"]
+    assert t.extras[row] == bool(d.get(UNKNOWN_TAGS))
+
+
 def check_registration(t, row, d, rec, canonical=True):
     assert t.broker_id[row] == d["BrokerId"] and t.broker_epoch[row] == d["BrokerEpoch"]
     assert list(t.incarnation_id[row]) == _uuid_pair(d["IncarnationId"])
@@ -412,7 +424,8 @@ def check_registration(t, row, d, rec, canonical=True):
 
 CHECKS = {"topics": check_topic, "partitions": check_partition, "partition_changes": check_change,
           "remove_topics": check_remove, "configs": check_config, "features": check_feature,
-          "fence": check_fence, "broker_changes": check_broker_change, "broker_registrations": check_registration}
+          "fence": check_fence, "broker_changes": check_broker_change, "broker_registrations": check_registration,
+          "producer_ids": check_producer_ids}
 
 
 # ---- tests -----------------------------------------------------------------------------------------
@@ -462,7 +475,7 @@ def test_native_twin_and_generic_codec_agree(region_values_headers):
 
 KINDS = {"topic": topic(), "partition": partition(), "partition_change": partition_change(), "config": config(),
          "feature": feature(), "fence": fence(), "remove_topic": remove_topic(), "broker_change": broker_change(),
-         "register_broker": register_broker(), "other": st.one_of(other_known(), unknown_frame())}
+         "register_broker": register_broker(), "producer_ids": producer_ids(), "other": st.one_of(other_known(), unknown_frame())}
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
@@ -515,7 +528,7 @@ def test_mutated_regions_raise_only_undecodable_record_errors_and_the_twins_agre
 def mutated_value(draw):
     """A valid value of a hot kind with a few bytes changed, inserted or removed."""
     value = bytearray(_encode(draw(st.one_of(topic(), partition(), partition_change(), config(), feature(), fence(),
-                                             remove_topic(), broker_change(), register_broker()))))
+                                             remove_topic(), broker_change(), register_broker(), producer_ids()))))
     for _ in range(draw(st.integers(1, 3))):
         op = draw(st.integers(0, 2))
         pos = draw(st.integers(0, len(value)))

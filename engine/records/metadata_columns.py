@@ -10,6 +10,7 @@ hold, at the versions named, are
     ConfigRecord v0 (configs)             FeatureLevelRecord v0 (features)
     Fence/UnfenceBrokerRecord v0 (fence)  BrokerRegistrationChangeRecord v0-2 (broker_changes)
     RegisterBrokerRecord v0-3 (broker_registrations)
+    ProducerIdsRecord v0 (producer_ids)
 
 Every other record (another apiKey, or an unknown version of these) is listed in ``other``: the
 image decodes those few with the generic codec (metadata.decode_record) from value_pos/value_len.
@@ -111,11 +112,13 @@ class MetadataColumns:
             1 fence), in_controlled_shutdown int8 (-1 none, 1 in controlled shutdown)
         broker_registrations: record_index, broker_id, broker_epoch, incarnation_id uint64[r,2],
             fenced bool, in_controlled_shutdown bool, rack_offsets into broker_blob, rack_null bool
+        producer_ids: record_index, broker_id int32, broker_epoch int64, next_producer_id int64
         other: record_index
     """
 
     TABLES = ("topics", "partitions", "partition_changes", "remove_topics", "configs", "features",
-              "fence", "broker_changes", "broker_registrations", "other")
+              "fence", "broker_changes", "broker_registrations", "producer_ids",
+              "other")
 
     def __init__(self, decoded: dict, data, batches: np.ndarray, source=None):
         for name in ("offsets", "api_keys", "versions", "kind_rows", "value_pos", "value_len"):

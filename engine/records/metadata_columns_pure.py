@@ -45,7 +45,7 @@ _U64 = (1 << 64) - 1
 S_START, S_END, S_BASE_OFFSET, S_RECORD_COUNT, S_CONTROL = range(5)
 
 K_OTHER, K_TOPIC, K_PARTITION, K_CHANGE, K_REMOVE, K_CONFIG, K_FEATURE, K_FENCE, K_BROKER_CHANGE, \
-    K_REGISTER = range(10)
+    K_REGISTER, K_PRODUCER_IDS, K_COUNT = range(12)
 
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
@@ -204,6 +204,8 @@ def _kind_of(api_key: int, version: int) -> int:
         return K_BROKER_CHANGE if version <= 2 else K_OTHER
     if api_key == 0:
         return K_REGISTER if version <= 3 else K_OTHER
+    if api_key == 15:
+        return K_PRODUCER_IDS if version == 0 else K_OTHER
     return K_OTHER
 
 
@@ -326,6 +328,7 @@ class _Tables:
                                          "in_controlled_shutdown", "extras")}
         self.regs = {k: [] for k in ("record_index", "broker_id", "broker_epoch", "incarnation_id", "fenced",
                                      "in_controlled_shutdown", "rack", "rack_null", "extras")}
+        self.pids = {k: [] for k in ("record_index", "broker_id", "broker_epoch", "next_producer_id", "extras")}
         # widths as the native pass 1 sizes them: the longest list any occurrence carried
         self.widths = {"p_rep": 1, "p_isr": 1, "c_rep": 1, "c_isr": 1}
 
@@ -490,6 +493,18 @@ def _body_fence(t, buf, p, end, fenced, i):
     return p
 
 
+def _body_producer_ids(t, buf, p, end, version, i):
+    broker, p = _fixed(_I32, buf, p, end, "BrokerId")
+    epoch, p = _fixed(_I64, buf, p, end, "BrokerEpoch")
+    next_id, p = _fixed(_I64, buf, p, end, "NextProducerId")
+    count, p = _skip_tags(buf, p, end)
+    r = t.pids
+    for key, v in (("record_index", i), ("broker_id", broker), ("broker_epoch", epoch), ("next_producer_id", next_id),
+                   ("extras", count > 0)):
+        r[key].append(v)
+    return p
+
+
 _FENCING = {1: 1, -1: 0, 0: -1}  # Fenced on the wire -> column (-1 none, 0 unfence, 1 fence)
 
 
@@ -571,7 +586,7 @@ def _body_register(t, buf, p, end, version, i):
 
 _BODIES = {K_TOPIC: _body_topic, K_PARTITION: _body_partition, K_CHANGE: _body_change,
            K_REMOVE: _body_remove, K_CONFIG: _body_config, K_FEATURE: _body_feature,
-           K_BROKER_CHANGE: _body_broker_change, K_REGISTER: _body_register}
+           K_BROKER_CHANGE: _body_broker_change, K_REGISTER: _body_register, K_PRODUCER_IDS: _body_producer_ids}
 
 
 def _raise(fail: _Fail, offset: int, api_key: int, version: int, section: int, path):
@@ -632,7 +647,7 @@ def decode_sections(data, sections, path=None):
         if not 0 <= sec[s, S_START] <= sec[s, S_END] <= len(view):
             raise ValueError(f"section {s} lies outside the buffer")
     offsets, api_keys, versions, value_pos, value_len, kinds = _pass1(view, sec, path)
-    rows = [0] * 10
+    rows = [0] * K_COUNT
     kind_rows = []
     for kind in kinds:
         kind_rows.append(rows[kind])
@@ -757,4 +772,9 @@ def _finish(t: _Tables) -> dict:
             "fenced": _flags(r["fenced"]), "in_controlled_shutdown": _flags(r["in_controlled_shutdown"]),
             "rack_null": _flags(r["rack_null"]), "extras": _flags(r["extras"]),
             "rack_offsets": rack_off, "broker_blob": rack_blob},
+        "producer_ids": {
+            "record_index": np.array(t.pids["record_index"], np.int32),
+            "broker_id": np.array(t.pids["broker_id"], np.int32),
+            "broker_epoch": np.array(t.pids["broker_epoch"], np.int64),
+            "next_producer_id": np.array(t.pids["next_producer_id"], np.int64), "extras": _flags(t.pids["extras"])},
     }
