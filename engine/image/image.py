@@ -262,7 +262,11 @@ class MetadataDelta:
         self._mark_topics()
 
     def _remove_topic(self, d, topic_epoch):
-        name = self.topics.replay_remove_topic(d["TopicId"])
+        self.replay_remove_topic(d["TopicId"])
+
+    def replay_remove_topic(self, topic_id: uuid.UUID) -> None:
+        """A RemoveTopicRecord given by its field: what the loader calls with the decoded columns."""
+        name = self.topics.replay_remove_topic(topic_id)
         self._mark_topics()
         # Kafka's MetadataDelta replays a RemoveTopicRecord into ConfigurationsDelta too: the
         # topic's configs go with it, so a later topic of the same name starts with none (and a
@@ -277,7 +281,10 @@ class MetadataDelta:
             self.changed.add("topics")
 
     def _feature_level(self, d, topic_epoch):
-        name, level = d["Name"], d["FeatureLevel"]
+        self.replay_feature_level(d["Name"], d["FeatureLevel"])
+
+    def replay_feature_level(self, name: str, level: int) -> None:
+        """A FeatureLevelRecord given by its fields (level 0 removes a feature)."""
         if name == METADATA_VERSION:
             if level != self.metadata_version:
                 self.metadata_version = level
@@ -309,7 +316,11 @@ class MetadataDelta:
         return current
 
     def _fence(self, d, topic_epoch, fenced: bool = True):
-        current = self._broker_or_raise(d["Id"], d["Epoch"], "FenceBrokerRecord" if fenced else "UnfenceBrokerRecord")
+        self.replay_fence(d["Id"], d["Epoch"], fenced)
+
+    def replay_fence(self, broker_id: int, broker_epoch: int, fenced: bool) -> None:
+        """A FenceBrokerRecord (fenced) or UnfenceBrokerRecord given by its fields."""
+        current = self._broker_or_raise(broker_id, broker_epoch, "FenceBrokerRecord" if fenced else "UnfenceBrokerRecord")
         if self.brokers.put(current.broker_id, replace(current, fenced=fenced)):
             self.changed.add("cluster")
 
@@ -375,7 +386,11 @@ class MetadataDelta:
         self.changed.add("client_quotas")
 
     def _producer_ids(self, d, topic_epoch):
-        updated = ProducerIdsImage(d["NextProducerId"], d["BrokerId"], d["BrokerEpoch"])
+        self.replay_producer_ids(d["NextProducerId"], d["BrokerId"], d["BrokerEpoch"])
+
+    def replay_producer_ids(self, next_producer_id: int, broker_id: int, broker_epoch: int) -> None:
+        """A ProducerIdsRecord given by its fields."""
+        updated = ProducerIdsImage(next_producer_id, broker_id, broker_epoch)
         if updated != self.producer_ids:
             self.producer_ids = updated
             self.changed.add("producer_ids")

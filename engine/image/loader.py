@@ -11,9 +11,12 @@ Two streams: NoOpRecords (and transaction markers) change nothing and are only c
 records touching topics and configs form the topic stream; the rest (brokers, features, producer
 ids, quotas, ACLs, SCRAM, tokens) edit state no topic record reads, so they are replayed first, in
 their own log order, and a controller's NoOps and broker records no longer cut the topic stream's
-runs. BrokerRegistrationChangeRecords (every fence, unfence and controlled shutdown)
-replay from the decoded columns; the rest of that stream through the generic codec. (An error is reported for the first failing record of the first stream: with several bad
+runs. (An error is reported for the first failing record of the first stream: with several bad
 records, not necessarily the lowest offset.)
+
+A record replayed on its own (the side stream, configs, topic deletes, short runs) comes from its
+row of the decoded columns when they hold it whole (``_COLUMN_REPLAY``: broker changes, fences,
+producer ids, configs, topic deletes, feature levels), else from the generic codec.
 
 Runs: the topic stream is applied strictly in log order, but consecutive records of one shape go
 in one vectorised step: a run of TopicRecords + PartitionRecords (what CreateTopics and snapshots write)
@@ -55,7 +58,12 @@ from kraftlog.engine.image.image import (
     MetadataImage,
     Provenance,
 )
-from kraftlog.engine.image.topics import TOPIC_EPOCH_TAG, MetadataReplayError, topic_record_epochs
+from kraftlog.engine.image.topics import (
+    TOPIC_EPOCH_TAG,
+    MetadataReplayError,
+    halves_to_uuid,
+    topic_record_epochs,
+)
 from kraftlog.engine.records import batch, metadata_columns
 from kraftlog.engine.records import metadata as codec
 from kraftlog.engine.records.layout import ATTRIBUTES_OFFSET, CONTROL_BIT, HEADER_SIZE
@@ -65,6 +73,7 @@ from kraftlog.errors import CorruptRecordError, KraftlogError, UndecodableRecord
 API_TOPIC, API_PARTITION, API_PARTITION_CHANGE = 2, 3, 5
 API_BEGIN_TXN, API_END_TXN, API_ABORT_TXN = 23, 24, 25
 API_CONFIG, API_REMOVE_TOPIC, API_NOOP, API_BROKER_CHANGE = 4, 9, 20, 17
+API_FENCE, API_UNFENCE, API_FEATURE, API_PRODUCER_IDS = 7, 8, 12, 15
 # the decoder's broker_changes.fenced (-1 none, 0 unfence, 1 fence) as Kafka's fencing change enum
 _FENCING_OF_COLUMN = {-1: FENCING_NONE, 0: FENCING_UNFENCE, 1: FENCING_FENCE}
 # Which stream each apiKey goes to (apply_columns). NO_STATE: changes nothing (the transaction
@@ -101,6 +110,7 @@ class LoadManifest:
     bytes_read: int = 0
     skipped_records: int = 0
     generic_records: int = 0  # records decoded by the generic codec (the rest went through columns)
+    generic_types: dict[str, int] = field(default_factory=dict)  # generic_records by record type
     state_records: int = 0  # applied records that can change state (not NoOps, not transaction markers)
     skipped: list[tuple[int, str, str]] = field(default_factory=list)  # (offset, type, reason), first 100
     pending_transaction_offset: int | None = None
@@ -332,8 +342,7 @@ def apply_columns(delta: MetadataDelta, cols, manifest: LoadManifest, *, snapsho
             stream[~keep] = NO_STATE
         manifest.state_records += int(np.count_nonzero(stream))  # NO_STATE is 0
         for i in np.flatnonzero(stream == SIDE_STREAM).tolist():
-            if not (cols.api_keys[i] == API_BROKER_CHANGE and ctx.broker_change(i)):
-                ctx.one(i)
+            ctx.replay_one(i)
         topical = np.flatnonzero(stream == TOPIC_STREAM)
         _apply_topic_runs(ctx, topical, cols.api_keys[topical])
     applied = np.flatnonzero(keep) if keep is not None else None
@@ -359,7 +368,7 @@ def _apply_topic_runs(ctx: _Context, indexes: np.ndarray, kinds: np.ndarray) -> 
             ctx.bulk_change(run)
         else:
             for i in run.tolist():
-                ctx.one(i)
+                ctx.replay_one(i)
 
 
 def _transaction_mask(cols, manifest: LoadManifest) -> np.ndarray | None:
@@ -409,27 +418,73 @@ class _Context:
         """Decode record ``i`` with the generic codec and replay it."""
         offset, api_key = int(self.cols.offsets[i]), int(self.cols.api_keys[i])
         self.manifest.generic_records += 1
+        name = _api_name(api_key)
+        self.manifest.generic_types[name] = self.manifest.generic_types.get(name, 0) + 1
         try:
             record = self.decode(i)
             self.delta.replay(record.record_type, record.data, topic_epoch=self.topic_epoch(i, record.data))
         except (CorruptRecordError, MetadataReplayError) as exc:
             self.fail(offset, _api_name(api_key), exc)
 
-    def broker_change(self, i: int) -> bool:
-        """Replay BrokerRegistrationChangeRecord ``i`` from the decoded columns (the most common
-        record of a production tail's side stream: every fence, unfence and controlled shutdown);
-        False, replaying nothing, when the columns do not hold it whole (log dirs, an unknown
-        value or tag, a version they do not decode) and the generic codec must."""
-        bc, row = self.cols.broker_changes, int(self.cols.kind_rows[i])
-        if row >= len(bc.record_index) or int(bc.record_index[row]) != i or bool(bc.extras[row]):
-            return False
-        in_shutdown = CONTROLLED_SHUTDOWN_IN if int(bc.in_controlled_shutdown[row]) == 1 else CONTROLLED_SHUTDOWN_NONE
+    def replay_one(self, i: int) -> None:
+        """Replay record ``i`` on its own: from the decoded columns when they hold it whole, else
+        through the generic codec (which also reports what the columns refuse to guess)."""
+        replay = _COLUMN_REPLAY.get(int(self.cols.api_keys[i]))
+        if replay is None:
+            self.one(i)
+            return
+        table = getattr(self.cols, replay.table)
+        row = int(self.cols.kind_rows[i])
+        # kind_rows points into ``other`` for a version the columns do not decode: record_index tells
+        if row >= len(table.record_index) or int(table.record_index[row]) != i or bool(table.extras[row]):
+            self.one(i)
+            return
         try:
-            self.delta.replay_broker_change(int(bc.broker_id[row]), int(bc.broker_epoch[row]),
-                                            _FENCING_OF_COLUMN[int(bc.fenced[row])], in_shutdown)
+            replay(self, table, row)
         except MetadataReplayError as exc:
-            self.fail(int(self.cols.offsets[i]), "BrokerRegistrationChangeRecord", exc)
-        return True
+            self.fail(int(self.cols.offsets[i]), _api_name(int(self.cols.api_keys[i])), exc)
+
+    def broker_change(self, bc, row: int) -> None:
+        """A BrokerRegistrationChangeRecord (every fence, unfence and controlled shutdown of a
+        production tail); one with log dirs or an unknown value has extras (generic codec)."""
+        in_shutdown = CONTROLLED_SHUTDOWN_IN if int(bc.in_controlled_shutdown[row]) == 1 else CONTROLLED_SHUTDOWN_NONE
+        self.delta.replay_broker_change(int(bc.broker_id[row]), int(bc.broker_epoch[row]),
+                                        _FENCING_OF_COLUMN[int(bc.fenced[row])], in_shutdown)
+
+    broker_change.table = "broker_changes"
+
+    def config(self, g, row: int) -> None:
+        """A ConfigRecord (topic configs of every create in a tail, broker configs)."""
+        blob = g.config_blob
+        value = None if bool(g.value_null[row]) else _blob_text(blob, g.value_offsets, row)
+        self.delta.replay_config(int(g.resource_type[row]), _blob_text(blob, g.resource_name_offsets, row),
+                                 _blob_text(blob, g.name_offsets, row), value)
+
+    config.table = "configs"
+
+    def remove_topic(self, r, row: int) -> None:
+        """A RemoveTopicRecord: the topic, its partitions and its configs go (MetadataDelta)."""
+        hi, lo = r.topic_id[row].tolist()
+        self.delta.replay_remove_topic(halves_to_uuid(hi, lo))
+
+    remove_topic.table = "remove_topics"
+
+    def feature_level(self, f, row: int) -> None:
+        self.delta.replay_feature_level(_blob_text(f.feature_blob, f.name_offsets, row), int(f.feature_level[row]))
+
+    feature_level.table = "features"
+
+    def fence(self, e, row: int) -> None:
+        """FenceBrokerRecord / UnfenceBrokerRecord (pre-3.6 logs; fenced tells which)."""
+        self.delta.replay_fence(int(e.broker_id[row]), int(e.broker_epoch[row]), bool(e.fenced[row]))
+
+    fence.table = "fence"
+
+    def producer_ids(self, pi, row: int) -> None:
+        """A ProducerIdsRecord (a tail's most common record outside topics: every block handed out)."""
+        self.delta.replay_producer_ids(int(pi.next_producer_id[row]), int(pi.broker_id[row]), int(pi.broker_epoch[row]))
+
+    producer_ids.table = "producer_ids"
 
     def fail(self, offset: int, record_type: str, exc: Exception) -> None:
         if not self.skip_errors:
@@ -538,6 +593,18 @@ class _Context:
             # Find and report (or skip) the exact record: replay this run one record at a time.
             for i in indexes.tolist():
                 self.one(i)
+
+
+# apiKey -> the _Context method replaying that record from its kind's table row (``.table``)
+_COLUMN_REPLAY = {API_BROKER_CHANGE: _Context.broker_change, API_CONFIG: _Context.config,
+                  API_REMOVE_TOPIC: _Context.remove_topic, API_FEATURE: _Context.feature_level,
+                  API_FENCE: _Context.fence, API_UNFENCE: _Context.fence,
+                  API_PRODUCER_IDS: _Context.producer_ids}
+
+
+def _blob_text(blob: bytes, offsets: np.ndarray, row: int) -> str:
+    """String ``row`` of a decoded blob (the decoders checked it is UTF-8)."""
+    return blob[int(offsets[row]):int(offsets[row + 1])].decode()
 
 
 def _names_at(blob: bytes, offsets: np.ndarray, rows: np.ndarray) -> list[str]:
