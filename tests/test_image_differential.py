@@ -38,6 +38,7 @@ NAMES = ["a", "b", "c", "d", "e"]  # few names, so deletes are often followed by
 BROKERS = list(range(1, 6))
 DIRS = [uuid.UUID(int=1), *(uuid.UUID(int=0x100 + k) for k in range(3))]  # UNASSIGNED and three real ones
 SNAPSHOT_TIMESTAMP_MS = 77
+MIGRATING = uuid.UUID(int=0)
 
 
 # ---- the model the generator keeps, so every record applies -------------------------------------
@@ -67,8 +68,9 @@ def _partition_record(draw, tid: uuid.UUID, pid: int) -> tuple:
             "Leader": draw(st.sampled_from([-1, *replicas])), "LeaderEpoch": draw(st.integers(0, 5)),
             "PartitionEpoch": draw(st.integers(0, 5)), "LeaderRecoveryState": draw(st.sampled_from([0, 0, 1]))}
     if version >= 1:
-        data["Directories"] = draw(st.one_of(st.just([]), st.lists(st.sampled_from(DIRS), min_size=len(replicas),
-                                                                   max_size=len(replicas))))
+        # MIGRATING (the zero id) too: all MIGRATING is stored as no directories, on every path
+        data["Directories"] = draw(st.one_of(st.just([]), st.lists(st.sampled_from([MIGRATING, *DIRS]),
+                                                                   min_size=len(replicas), max_size=len(replicas))))
     if version >= 2:
         data["EligibleLeaderReplicas"] = draw(maybe_ids)
         data["LastKnownElr"] = draw(maybe_ids)

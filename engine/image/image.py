@@ -239,26 +239,37 @@ class MetadataDelta:
         handler(self, data, topic_epoch)
 
     def _topic_record(self, d, topic_epoch):
-        self.topics.replay_topic(d["TopicId"], d["Name"], -1 if topic_epoch is None else topic_epoch)
+        self.replay_topic(d["TopicId"], d["Name"], topic_epoch)
+
+    def replay_topic(self, topic_id: uuid.UUID, name: str, topic_epoch: int | None) -> None:
+        """A TopicRecord given by its fields: what the loader calls with the decoded columns."""
+        self.topics.replay_topic(topic_id, name, -1 if topic_epoch is None else topic_epoch)
         self._mark_topics()
 
     def _partition_record(self, d, topic_epoch):
-        self.topics.replay_partition(
-            d["TopicId"], d["PartitionId"], replicas=d["Replicas"], isr=d["Isr"], leader=d["Leader"],
+        self.replay_partition(
+            d["TopicId"], d["PartitionId"], topic_epoch, replicas=d["Replicas"], isr=d["Isr"], leader=d["Leader"],
             leader_epoch=d["LeaderEpoch"], partition_epoch=d["PartitionEpoch"],
             leader_recovery_state=d.get("LeaderRecoveryState", 0), removing_replicas=d["RemovingReplicas"],
             adding_replicas=d["AddingReplicas"], directories=d.get("Directories") or (),
-            eligible_leader_replicas=d.get("EligibleLeaderReplicas"), last_known_elr=d.get("LastKnownElr"),
-            topic_epoch=topic_epoch)
+            eligible_leader_replicas=d.get("EligibleLeaderReplicas"), last_known_elr=d.get("LastKnownElr"))
+
+    def replay_partition(self, topic_id: uuid.UUID, partition_id: int, topic_epoch: int | None, **fields) -> None:
+        """A PartitionRecord given by its fields (TopicsDelta.replay_partition's keywords)."""
+        self.topics.replay_partition(topic_id, partition_id, topic_epoch=topic_epoch, **fields)
         self._mark_topics()
 
     def _partition_change(self, d, topic_epoch):
-        self.topics.replay_partition_change(
+        self.replay_partition_change(
             d["TopicId"], d["PartitionId"], leader=d.get("Leader", -2), isr=d.get("Isr"),
             replicas=d.get("Replicas"), removing_replicas=d.get("RemovingReplicas"),
             adding_replicas=d.get("AddingReplicas"), leader_recovery_state=d.get("LeaderRecoveryState", -1),
             directories=d.get("Directories"), eligible_leader_replicas=d.get("EligibleLeaderReplicas"),
             last_known_elr=d.get("LastKnownElr"))
+
+    def replay_partition_change(self, topic_id: uuid.UUID, partition_id: int, **fields) -> None:
+        """A PartitionChangeRecord given by its fields (TopicsDelta.replay_partition_change's keywords)."""
+        self.topics.replay_partition_change(topic_id, partition_id, **fields)
         self._mark_topics()
 
     def _remove_topic(self, d, topic_epoch):

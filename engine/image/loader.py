@@ -14,16 +14,17 @@ their own log order, and a controller's NoOps and broker records no longer cut t
 runs. (An error is reported for the first failing record of the first stream: with several bad
 records, not necessarily the lowest offset.)
 
-A record replayed on its own (the side stream, configs, topic deletes, short runs) comes from its
-row of the decoded columns when they hold it whole (``_COLUMN_REPLAY``: broker changes, fences,
-producer ids, configs, topic deletes, feature levels), else from the generic codec.
+A record replayed on its own (the side stream, configs, topic deletes, runs too short for bulk)
+comes from its row of the decoded columns when they hold it whole (``_COLUMN_REPLAY``: topics,
+partitions, partition changes, broker changes, fences, producer ids, configs, topic deletes,
+feature levels), else from the generic codec.
 
 Runs: the topic stream is applied strictly in log order, but consecutive records of one shape go
 in one vectorised step: a run of TopicRecords + PartitionRecords (what CreateTopics and snapshots write)
 through TopicsDelta.bulk_create; a run of PartitionChangeRecords through bulk_change. A record the
 columns do not carry completely (``extras``: ELR, adding/removing replicas, directories of a
-PartitionChangeRecord, broker endpoints) or of any other type is decoded by the generic codec and
-replayed on its own. PartitionRecord directories ride in the columns.
+PartitionChangeRecord, broker endpoints) or of a type they do not hold is decoded by the generic
+codec and replayed on its own. PartitionRecord directories ride in the columns.
 
 Transactions (Begin/End/AbortTransactionRecord): records between a Begin and its Abort are
 dropped; a transaction still open at the end of what was read is held back: the loader applies
@@ -42,6 +43,7 @@ instead (never a silent crash-loop: the count is published).
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -480,6 +482,44 @@ class _Context:
 
     fence.table = "fence"
 
+    def topic(self, t, row: int) -> None:
+        """A TopicRecord of a create too small for bulk_create (one with tagged fields has extras:
+        a snapshot's epoch tag is read by the generic path)."""
+        hi, lo = t.topic_id[row].tolist()
+        self.delta.replay_topic(halves_to_uuid(hi, lo), _blob_text(t.name_blob, t.name_offsets, row),
+                                self.topic_epoch(int(t.record_index[row]), {}))
+
+    topic.table = "topics"
+
+    def partition(self, p, row: int) -> None:
+        """A PartitionRecord of a short create, or of a topic created in an earlier region; one
+        with adding / removing replicas, ELR or unknown tags has extras (generic codec)."""
+        hi, lo = p.topic_id[row].tolist()
+        directories = p.directories[row, :16 * int(p.directory_count[row])].tobytes()
+        self.delta.replay_partition(
+            halves_to_uuid(hi, lo), int(p.partition_id[row]), self.topic_epoch(int(p.record_index[row]), {}),
+            replicas=p.replicas[row, :int(p.replica_count[row])].tolist(),
+            isr=p.isr[row, :int(p.isr_count[row])].tolist(), leader=int(p.leader[row]),
+            leader_epoch=int(p.leader_epoch[row]), partition_epoch=int(p.partition_epoch[row]),
+            leader_recovery_state=int(p.leader_recovery_state[row]),
+            directories=tuple(uuid.UUID(bytes=directories[k:k + 16]) for k in range(0, len(directories), 16)))
+
+    partition.table = "partitions"
+
+    def partition_change(self, ch, row: int) -> None:
+        """A PartitionChangeRecord of an event too small for bulk_change (leader -2 and recovery
+        state -1: unchanged; a list count -1: null, unchanged); one with adding / removing replicas,
+        directories or ELR has extras (generic codec)."""
+        hi, lo = ch.topic_id[row].tolist()
+        isr_count, replica_count = int(ch.isr_count[row]), int(ch.replica_count[row])
+        self.delta.replay_partition_change(
+            halves_to_uuid(hi, lo), int(ch.partition_id[row]), leader=int(ch.leader[row]),
+            isr=None if isr_count < 0 else ch.isr[row, :isr_count].tolist(),
+            replicas=None if replica_count < 0 else ch.replicas[row, :replica_count].tolist(),
+            leader_recovery_state=int(ch.leader_recovery_state[row]))
+
+    partition_change.table = "partition_changes"
+
     def producer_ids(self, pi, row: int) -> None:
         """A ProducerIdsRecord (a tail's most common record outside topics: every block handed out)."""
         self.delta.replay_producer_ids(int(pi.next_producer_id[row]), int(pi.broker_id[row]), int(pi.broker_epoch[row]))
@@ -501,12 +541,12 @@ class _Context:
         # region boundary fell inside its creation): they go one by one, the rest in bulk.
         lead = int(np.argmax(is_topic)) if is_topic.any() else len(indexes)
         for i in indexes[:lead].tolist():
-            self.one(i)
+            self.replay_one(i)
         rest = indexes[lead:]
         if len(rest) >= BULK_MIN_RECORDS and self.bulk_create(rest, is_topic[lead:]):
             return
         for i in rest.tolist():
-            self.one(i)
+            self.replay_one(i)
 
     def bulk_create(self, indexes: np.ndarray, is_topic: np.ndarray) -> bool:
         cols = self.cols
@@ -599,7 +639,8 @@ class _Context:
 _COLUMN_REPLAY = {API_BROKER_CHANGE: _Context.broker_change, API_CONFIG: _Context.config,
                   API_REMOVE_TOPIC: _Context.remove_topic, API_FEATURE: _Context.feature_level,
                   API_FENCE: _Context.fence, API_UNFENCE: _Context.fence,
-                  API_PRODUCER_IDS: _Context.producer_ids}
+                  API_PRODUCER_IDS: _Context.producer_ids, API_TOPIC: _Context.topic,
+                  API_PARTITION: _Context.partition, API_PARTITION_CHANGE: _Context.partition_change}
 
 
 def _blob_text(blob: bytes, offsets: np.ndarray, row: int) -> str:
