@@ -223,6 +223,53 @@ def check_batches(const unsigned char[::1] buf, bint verify_crc, int64_t[::1] ou
     return n
 
 
+cdef struct _IndexRun:
+    # the sparse index rule's state over a walk of batches (build_indexes, index_run)
+    int64_t base_offset
+    int64_t interval_bytes
+    int64_t since  # bytes written since the last offset entry
+    int64_t max_ts
+    int64_t max_ts_offset
+    int64_t last_time_ts  # the last time entry's timestamp (-1: none)
+    unsigned char *offset_out
+    Py_ssize_t offset_cap  # entries offset_out holds
+    Py_ssize_t n_off
+    unsigned char *time_out
+    Py_ssize_t time_cap
+    Py_ssize_t n_time
+
+
+cdef void _start_run(_IndexRun *r, int64_t base_offset, int64_t interval_bytes, int64_t since, int64_t max_ts,
+                     int64_t max_ts_offset, int64_t last_time_ts, unsigned char[::1] offset_out,
+                     unsigned char[::1] time_out) noexcept:
+    r.base_offset, r.interval_bytes, r.since = base_offset, interval_bytes, since
+    r.max_ts, r.max_ts_offset, r.last_time_ts = max_ts, max_ts_offset, last_time_ts
+    r.offset_out = &offset_out[0] if offset_out.shape[0] else NULL
+    r.offset_cap, r.n_off = offset_out.shape[0] // OFFSET_ENTRY, 0
+    r.time_out = &time_out[0] if time_out.shape[0] else NULL
+    r.time_cap, r.n_time = time_out.shape[0] // TIME_ENTRY, 0
+
+
+cdef inline void _index_step(_IndexRun *r, int64_t position, int64_t size, int64_t last_offset,
+                             int64_t max_timestamp) noexcept nogil:
+    """One batch under the rule build_indexes' docstring gives."""
+    if max_timestamp > r.max_ts:
+        r.max_ts = max_timestamp
+        r.max_ts_offset = last_offset
+    if r.since > r.interval_bytes:
+        if r.n_off < r.offset_cap:
+            kl_store_be32(r.offset_out + r.n_off * OFFSET_ENTRY, <uint32_t>(last_offset - r.base_offset))
+            kl_store_be32(r.offset_out + r.n_off * OFFSET_ENTRY + 4, <uint32_t>position)
+            r.n_off += 1
+        if r.n_time < r.time_cap and r.max_ts > r.last_time_ts:
+            kl_store_be64(r.time_out + r.n_time * TIME_ENTRY, <uint64_t>r.max_ts)
+            kl_store_be32(r.time_out + r.n_time * TIME_ENTRY + 8, <uint32_t>(r.max_ts_offset - r.base_offset))
+            r.n_time += 1
+            r.last_time_ts = r.max_ts
+        r.since = 0
+    r.since += size
+
+
 def build_indexes(const int64_t[::1] positions, const int64_t[::1] sizes, const int64_t[::1] last_offsets,
                   const int64_t[::1] max_timestamps, int64_t base_offset, int64_t index_interval_bytes,
                   unsigned char[::1] offset_buf, unsigned char[::1] time_buf):
@@ -239,29 +286,13 @@ def build_indexes(const int64_t[::1] positions, const int64_t[::1] sizes, const 
     cdef Py_ssize_t n = positions.shape[0], i
     if sizes.shape[0] != n or last_offsets.shape[0] != n or max_timestamps.shape[0] != n:
         raise ValueError("batch arrays differ in length")
-    cdef Py_ssize_t off_cap = offset_buf.shape[0] // OFFSET_ENTRY, time_cap = time_buf.shape[0] // TIME_ENTRY
-    cdef Py_ssize_t n_off = 0, n_time = 0
-    cdef int64_t since = 0, max_ts = -1, max_ts_offset = -1, last_time_ts = -1
-    cdef unsigned char *ob = &offset_buf[0] if offset_buf.shape[0] else NULL
-    cdef unsigned char *tb = &time_buf[0] if time_buf.shape[0] else NULL
+    # a segment's walk from its start: nothing written, no timestamp, no time entry yet
+    cdef _IndexRun r
+    _start_run(&r, base_offset, index_interval_bytes, 0, -1, -1, -1, offset_buf, time_buf)
     with nogil:
         for i in range(n):
-            if max_timestamps[i] > max_ts:
-                max_ts = max_timestamps[i]
-                max_ts_offset = last_offsets[i]
-            if since > index_interval_bytes:
-                if n_off < off_cap:
-                    kl_store_be32(ob + n_off * OFFSET_ENTRY, <uint32_t>(last_offsets[i] - base_offset))
-                    kl_store_be32(ob + n_off * OFFSET_ENTRY + 4, <uint32_t>positions[i])
-                    n_off += 1
-                if n_time < time_cap and max_ts > last_time_ts:
-                    kl_store_be64(tb + n_time * TIME_ENTRY, <uint64_t>max_ts)
-                    kl_store_be32(tb + n_time * TIME_ENTRY + 8, <uint32_t>(max_ts_offset - base_offset))
-                    n_time += 1
-                    last_time_ts = max_ts
-                since = 0
-            since += sizes[i]
-    return n_off, n_time, since, max_ts, max_ts_offset
+            _index_step(&r, positions[i], sizes[i], last_offsets[i], max_timestamps[i])
+    return r.n_off, r.n_time, r.since, r.max_ts, r.max_ts_offset
 
 
 def index_run(const int64_t[::1] fields, Py_ssize_t n, int64_t base_offset, int64_t index_interval_bytes,
@@ -278,32 +309,15 @@ def index_run(const int64_t[::1] fields, Py_ssize_t n, int64_t base_offset, int6
     entries, time entries, since, max timestamp, its offset, last time entry's timestamp)."""
     if n < 0 or n * FIELDS > fields.shape[0]:
         raise ValueError(f"{n} batches do not fit in {fields.shape[0]} fields")
-    cdef Py_ssize_t off_cap = offset_out.shape[0] // OFFSET_ENTRY, time_cap = time_out.shape[0] // TIME_ENTRY
-    cdef Py_ssize_t n_off = 0, n_time = 0, i
+    cdef Py_ssize_t i
     cdef const int64_t *row
-    cdef int64_t last
-    cdef unsigned char *ob = &offset_out[0] if offset_out.shape[0] else NULL
-    cdef unsigned char *tb = &time_out[0] if time_out.shape[0] else NULL
+    cdef _IndexRun r
+    _start_run(&r, base_offset, index_interval_bytes, since, max_ts, max_ts_offset, last_time_ts, offset_out, time_out)
     with nogil:
         for i in range(n):
-            row = &fields[i * FIELDS]
-            last = row[2] + row[3]
-            if row[4] > max_ts:
-                max_ts = row[4]
-                max_ts_offset = last
-            if since > index_interval_bytes:
-                if n_off < off_cap:
-                    kl_store_be32(ob + n_off * OFFSET_ENTRY, <uint32_t>(last - base_offset))
-                    kl_store_be32(ob + n_off * OFFSET_ENTRY + 4, <uint32_t>row[0])
-                    n_off += 1
-                if n_time < time_cap and max_ts > last_time_ts:
-                    kl_store_be64(tb + n_time * TIME_ENTRY, <uint64_t>max_ts)
-                    kl_store_be32(tb + n_time * TIME_ENTRY + 8, <uint32_t>(max_ts_offset - base_offset))
-                    n_time += 1
-                    last_time_ts = max_ts
-                since = 0
-            since += row[1]
-    return n_off, n_time, since, max_ts, max_ts_offset, last_time_ts
+            row = &fields[i * FIELDS]  # position, size, base offset, last offset delta, max timestamp
+            _index_step(&r, row[0], row[1], row[2] + row[3], row[4])
+    return r.n_off, r.n_time, r.since, r.max_ts, r.max_ts_offset, r.last_time_ts
 
 
 cdef int stamp_status_error(int status, int64_t pos, Py_ssize_t capacity) except -1:

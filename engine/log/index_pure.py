@@ -273,29 +273,44 @@ def stamp_write(src, headers, verify_crc: bool, next_offset: int, epoch: int, ou
     return n, last, max_ts
 
 
+class _IndexRun:
+    """The sparse index rule's state over a walk of batches (index_run, build_indexes), and its
+    step: one batch under the rule build_indexes' native docstring gives."""
+
+    def __init__(self, base_offset: int, interval_bytes: int, since: int, max_ts: int, max_ts_offset: int,
+                 last_time_ts: int, offset_out, time_out):
+        self.base_offset, self.interval_bytes, self.since = base_offset, interval_bytes, since
+        self.max_ts, self.max_ts_offset, self.last_time_ts = max_ts, max_ts_offset, last_time_ts
+        self.offset_out, self.offset_cap, self.n_off = offset_out, len(offset_out) // OFFSET_ENTRY, 0
+        self.time_out, self.time_cap, self.n_time = time_out, len(time_out) // TIME_ENTRY, 0
+
+    def step(self, position: int, size: int, last_offset: int, max_timestamp: int) -> None:
+        if max_timestamp > self.max_ts:
+            self.max_ts, self.max_ts_offset = max_timestamp, last_offset
+        if self.since > self.interval_bytes:
+            if self.n_off < self.offset_cap:
+                _OFFSET_ENTRY.pack_into(self.offset_out, self.n_off * OFFSET_ENTRY, last_offset - self.base_offset,
+                                        position)
+                self.n_off += 1
+            if self.n_time < self.time_cap and self.max_ts > self.last_time_ts:
+                _TIME_ENTRY.pack_into(self.time_out, self.n_time * TIME_ENTRY, self.max_ts,
+                                      self.max_ts_offset - self.base_offset)
+                self.n_time += 1
+                self.last_time_ts = self.max_ts
+            self.since = 0
+        self.since += size
+
+
 def index_run(fields, n: int, base_offset: int, index_interval_bytes: int, since: int, max_ts: int,
               max_ts_offset: int, last_time_ts: int, offset_out, time_out) -> tuple[int, int, int, int, int, int]:
     """build_indexes' rule over an append's described batches, from the segment's state (see the native doc)."""
     if n < 0 or n * FIELDS > len(fields):
         raise ValueError(f"{n} batches do not fit in {len(fields)} fields")
-    off_cap, time_cap = len(offset_out) // OFFSET_ENTRY, len(time_out) // TIME_ENTRY
-    n_off = n_time = 0
+    r = _IndexRun(base_offset, index_interval_bytes, since, max_ts, max_ts_offset, last_time_ts, offset_out, time_out)
     for i in range(n):
         position, size, base, delta, timestamp = (int(v) for v in fields[i * FIELDS:i * FIELDS + 5])
-        last = base + delta
-        if timestamp > max_ts:
-            max_ts, max_ts_offset = timestamp, last
-        if since > index_interval_bytes:
-            if n_off < off_cap:
-                _OFFSET_ENTRY.pack_into(offset_out, n_off * OFFSET_ENTRY, last - base_offset, position)
-                n_off += 1
-            if n_time < time_cap and max_ts > last_time_ts:
-                _TIME_ENTRY.pack_into(time_out, n_time * TIME_ENTRY, max_ts, max_ts_offset - base_offset)
-                n_time += 1
-                last_time_ts = max_ts
-            since = 0
-        since += size
-    return n_off, n_time, since, max_ts, max_ts_offset, last_time_ts
+        r.step(position, size, base + delta, timestamp)
+    return r.n_off, r.n_time, r.since, r.max_ts, r.max_ts_offset, r.last_time_ts
 
 
 def build_indexes(positions, sizes, last_offsets, max_timestamps, base_offset: int, index_interval_bytes: int,
@@ -304,21 +319,7 @@ def build_indexes(positions, sizes, last_offsets, max_timestamps, base_offset: i
     n = len(positions)
     if len(sizes) != n or len(last_offsets) != n or len(max_timestamps) != n:
         raise ValueError("batch arrays differ in length")
-    off_cap, time_cap = len(offset_buf) // OFFSET_ENTRY, len(time_buf) // TIME_ENTRY
-    n_off = n_time = since = 0
-    max_ts = max_ts_offset = last_time_ts = -1
+    r = _IndexRun(base_offset, index_interval_bytes, 0, -1, -1, -1, offset_buf, time_buf)  # from a segment's start
     for i in range(n):
-        if max_timestamps[i] > max_ts:
-            max_ts, max_ts_offset = int(max_timestamps[i]), int(last_offsets[i])
-        if since > index_interval_bytes:
-            if n_off < off_cap:
-                _OFFSET_ENTRY.pack_into(offset_buf, n_off * OFFSET_ENTRY, int(last_offsets[i]) - base_offset,
-                                        int(positions[i]))
-                n_off += 1
-            if n_time < time_cap and max_ts > last_time_ts:
-                _TIME_ENTRY.pack_into(time_buf, n_time * TIME_ENTRY, max_ts, max_ts_offset - base_offset)
-                n_time += 1
-                last_time_ts = max_ts
-            since = 0
-        since += int(sizes[i])
-    return n_off, n_time, since, max_ts, max_ts_offset
+        r.step(int(positions[i]), int(sizes[i]), int(last_offsets[i]), int(max_timestamps[i]))
+    return r.n_off, r.n_time, r.since, r.max_ts, r.max_ts_offset
