@@ -109,7 +109,8 @@ DEF K_FENCE = 7
 DEF K_BROKER_CHANGE = 8
 DEF K_REGISTER = 9
 DEF K_PRODUCER_IDS = 10
-DEF K_COUNT = 11
+DEF K_ACL = 11
+DEF K_COUNT = 12
 
 
 # ---- errors --------------------------------------------------------------------------------------
@@ -510,6 +511,18 @@ cdef struct Ctx:
     int64_t *pi_epoch
     int64_t *pi_next
     uint8_t *pi_extras
+    # ACL entries and their removals (one table: removed tells which; a removal has only the id)
+    int32_t *ac_rec
+    uint64_t *ac_id
+    uint8_t *ac_removed
+    int8_t *ac_rtype
+    int8_t *ac_pattern
+    int8_t *ac_op
+    int8_t *ac_perm
+    Blob ac_rname
+    Blob ac_principal
+    Blob ac_host
+    uint8_t *ac_extras
 
 
 cdef inline int kind_of(int64_t api_key, int64_t version) noexcept nogil:
@@ -534,6 +547,8 @@ cdef inline int kind_of(int64_t api_key, int64_t version) noexcept nogil:
         return K_REGISTER if version <= 3 else K_OTHER
     if api_key == 15:
         return K_PRODUCER_IDS if version == 0 else K_OTHER
+    if api_key == 18 or api_key == 19:
+        return K_ACL if version == 0 else K_OTHER
     return K_OTHER
 
 
@@ -953,6 +968,36 @@ cdef int body_producer_ids(Ctx *x, Cur *c, int64_t row) noexcept nogil:
     return plain_tags(c, x.pi_extras + row)
 
 
+cdef int body_acl(Ctx *x, Cur *c, int64_t row, bint removed) noexcept nogil:
+    # AccessControlEntryRecord v0: Id uuid, ResourceType int8, ResourceName string, PatternType int8,
+    # Principal string, Host string, Operation int8, PermissionType int8.
+    # RemoveAccessControlEntryRecord v0: Id uuid (its other columns: 0 and empty strings)
+    cdef int64_t n, at
+    x.ac_removed[row] = removed
+    if rd_uuid(c, x.ac_id + 2 * row, "Id") < 0:
+        return -1
+    if removed:
+        x.ac_rtype[row] = x.ac_pattern[row] = x.ac_op[row] = x.ac_perm[row] = 0
+        if blob_put(c, &x.ac_rname, row, 0, 0) < 0 or blob_put(c, &x.ac_principal, row, 0, 0) < 0:
+            return -1
+        if blob_put(c, &x.ac_host, row, 0, 0) < 0:
+            return -1
+        return plain_tags(c, x.ac_extras + row)
+    if rd_i8(c, x.ac_rtype + row, "ResourceType") < 0:
+        return -1
+    if rd_string(c, &n, &at, False, "ResourceName") < 0 or blob_put(c, &x.ac_rname, row, at, n) < 0:
+        return -1
+    if rd_i8(c, x.ac_pattern + row, "PatternType") < 0:
+        return -1
+    if rd_string(c, &n, &at, False, "Principal") < 0 or blob_put(c, &x.ac_principal, row, at, n) < 0:
+        return -1
+    if rd_string(c, &n, &at, False, "Host") < 0 or blob_put(c, &x.ac_host, row, at, n) < 0:
+        return -1
+    if rd_i8(c, x.ac_op + row, "Operation") < 0 or rd_i8(c, x.ac_perm + row, "PermissionType") < 0:
+        return -1
+    return plain_tags(c, x.ac_extras + row)
+
+
 cdef int body_broker_change(Ctx *x, Cur *c, int64_t row, int64_t version) noexcept nogil:
     # BrokerRegistrationChangeRecord v0-2: BrokerId int32, BrokerEpoch int64; tags: 0 Fenced int8
     # (1 fence, 0 no change, -1 unfence), 1 InControlledShutdown int8 (v1+; 1 yes, 0 no change),
@@ -1113,6 +1158,9 @@ cdef int pass2(Ctx *x, const uint8_t *p, Err *err) noexcept nogil:
         elif kind == K_PRODUCER_IDS:
             x.pi_rec[row] = <int32_t>i
             rc = body_producer_ids(x, &c, row)
+        elif kind == K_ACL:
+            x.ac_rec[row] = <int32_t>i
+            rc = body_acl(x, &c, row, api_key == 19)
         else:
             x.rg_rec[row] = <int32_t>i
             rc = body_register(x, &c, row, version)
@@ -1459,9 +1507,27 @@ cdef dict allocate_tables(Ctx *x):
     x.pi_next = p_i64(pids["next_producer_id"])
     x.pi_extras = p_u8(pids["extras"])
 
+    k = x.counts[K_ACL]
+    acls = {"record_index": np.empty(k, np.int32), "acl_id": np.empty((k, 2), np.uint64),
+            "removed": np.empty(k, np.bool_), "resource_type": np.empty(k, np.int8),
+            "pattern_type": np.empty(k, np.int8), "operation": np.empty(k, np.int8),
+            "permission_type": np.empty(k, np.int8), "extras": np.empty(k, np.bool_)}
+    acls.update(new_blob(&x.ac_rname, k, x.blob_bytes[K_ACL], "resource_name"))
+    acls.update(new_blob(&x.ac_principal, k, x.blob_bytes[K_ACL], "principal"))
+    acls.update(new_blob(&x.ac_host, k, x.blob_bytes[K_ACL], "host"))
+    x.ac_rec = p_i32(acls["record_index"])
+    x.ac_id = p_u64(acls["acl_id"])
+    x.ac_removed = p_u8(acls["removed"])
+    x.ac_rtype = p_i8(acls["resource_type"])
+    x.ac_pattern = p_i8(acls["pattern_type"])
+    x.ac_op = p_i8(acls["operation"])
+    x.ac_perm = p_i8(acls["permission_type"])
+    x.ac_extras = p_u8(acls["extras"])
+
     return {"other": other, "topics": topics, "partitions": parts, "partition_changes": changes,
             "remove_topics": removes, "configs": configs, "features": features, "fence": fence,
-            "broker_changes": bchanges, "broker_registrations": regs, "producer_ids": pids}
+            "broker_changes": bchanges, "broker_registrations": regs, "producer_ids": pids,
+            "acls": acls}
 
 
 cdef dict finish_tables(Ctx *x, dict tables):
@@ -1478,4 +1544,10 @@ cdef dict finish_tables(Ctx *x, dict tables):
                         + g.pop("_value_buf")[:c].tobytes())
     g["name_offsets"] += a
     g["value_offsets"] += a + b
+    acl = tables["acls"]
+    a, b, c = x.ac_rname.used, x.ac_principal.used, x.ac_host.used
+    acl["acl_blob"] = (acl.pop("_resource_name_buf")[:a].tobytes() + acl.pop("_principal_buf")[:b].tobytes()
+                       + acl.pop("_host_buf")[:c].tobytes())
+    acl["principal_offsets"] += a
+    acl["host_offsets"] += a + b
     return tables

@@ -36,7 +36,8 @@ FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthChe
 HOT = {("TopicRecord", 0): "topics", ("RemoveTopicRecord", 0): "remove_topics",
        ("ConfigRecord", 0): "configs", ("FeatureLevelRecord", 0): "features",
        ("FenceBrokerRecord", 0): "fence", ("UnfenceBrokerRecord", 0): "fence",
-       ("ProducerIdsRecord", 0): "producer_ids"}
+       ("ProducerIdsRecord", 0): "producer_ids", ("AccessControlEntryRecord", 0): "acls",
+       ("RemoveAccessControlEntryRecord", 0): "acls"}
 HOT.update({("PartitionRecord", v): "partitions" for v in range(3)})
 HOT.update({("PartitionChangeRecord", v): "partition_changes" for v in range(3)})
 HOT.update({("BrokerRegistrationChangeRecord", v): "broker_changes" for v in range(3)})
@@ -134,6 +135,15 @@ def producer_ids(draw):
 
 
 @st.composite
+def acl(draw):
+    if draw(st.booleans()):
+        return "RemoveAccessControlEntryRecord", 0, _with_tags({"Id": draw(uuids)}, draw(unknown_tags))
+    d = {"Id": draw(uuids), "ResourceType": draw(i8), "ResourceName": draw(text), "PatternType": draw(i8),
+         "Principal": draw(text), "Host": draw(text), "Operation": draw(i8), "PermissionType": draw(i8)}
+    return "AccessControlEntryRecord", 0, _with_tags(d, draw(unknown_tags))
+
+
+@st.composite
 def remove_topic(draw):
     return "RemoveTopicRecord", 0, _with_tags({"TopicId": draw(uuids)}, draw(unknown_tags))
 
@@ -169,7 +179,7 @@ def register_broker(draw):
 
 @st.composite
 def other_known(draw):
-    name = draw(st.sampled_from(["NoOpRecord", "UnregisterBrokerRecord", "RegisterControllerRecord", "AccessControlEntryRecord"]))
+    name = draw(st.sampled_from(["NoOpRecord", "UnregisterBrokerRecord", "RegisterControllerRecord", "ClientQuotaRecord"]))
     return name, 0, {}
 
 
@@ -189,7 +199,7 @@ def _encode(spec) -> bytes:
 
 
 records = st.one_of(topic(), partition(), partition(), partition_change(), config(), feature(), fence(),
-                    remove_topic(), broker_change(), register_broker(), producer_ids(), other_known(), unknown_frame())
+                    remove_topic(), broker_change(), register_broker(), producer_ids(), acl(), other_known(), unknown_frame())
 
 
 @st.composite
@@ -422,10 +432,21 @@ def check_registration(t, row, d, rec, canonical=True):
     assert t.extras[row]
 
 
+def check_acl(t, row, d, rec, canonical=True):
+    removed = rec.record_type == "RemoveAccessControlEntryRecord"
+    assert list(t.acl_id[row]) == _uuid_pair(d["Id"]) and t.removed[row] == removed
+    ints = ("ResourceType", "PatternType", "Operation", "PermissionType")
+    got = [t.resource_type[row], t.pattern_type[row], t.operation[row], t.permission_type[row]]
+    assert got == ([0] * 4 if removed else [d[k] for k in ints])
+    strings = [_string(t.acl_blob, getattr(t, k), row) for k in ("resource_name_offsets", "principal_offsets", "host_offsets")]
+    assert strings == ([""] * 3 if removed else [d["ResourceName"], d["Principal"], d["Host"]])
+    assert t.extras[row] == bool(d.get(UNKNOWN_TAGS))
+
+
 CHECKS = {"topics": check_topic, "partitions": check_partition, "partition_changes": check_change,
           "remove_topics": check_remove, "configs": check_config, "features": check_feature,
           "fence": check_fence, "broker_changes": check_broker_change, "broker_registrations": check_registration,
-          "producer_ids": check_producer_ids}
+          "producer_ids": check_producer_ids, "acls": check_acl}
 
 
 # ---- tests -----------------------------------------------------------------------------------------
@@ -475,7 +496,7 @@ def test_native_twin_and_generic_codec_agree(region_values_headers):
 
 KINDS = {"topic": topic(), "partition": partition(), "partition_change": partition_change(), "config": config(),
          "feature": feature(), "fence": fence(), "remove_topic": remove_topic(), "broker_change": broker_change(),
-         "register_broker": register_broker(), "producer_ids": producer_ids(), "other": st.one_of(other_known(), unknown_frame())}
+         "register_broker": register_broker(), "producer_ids": producer_ids(), "acl": acl(), "other": st.one_of(other_known(), unknown_frame())}
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
@@ -528,7 +549,7 @@ def test_mutated_regions_raise_only_undecodable_record_errors_and_the_twins_agre
 def mutated_value(draw):
     """A valid value of a hot kind with a few bytes changed, inserted or removed."""
     value = bytearray(_encode(draw(st.one_of(topic(), partition(), partition_change(), config(), feature(), fence(),
-                                             remove_topic(), broker_change(), register_broker(), producer_ids()))))
+                                             remove_topic(), broker_change(), register_broker(), producer_ids(), acl()))))
     for _ in range(draw(st.integers(1, 3))):
         op = draw(st.integers(0, 2))
         pos = draw(st.integers(0, len(value)))

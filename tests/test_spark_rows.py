@@ -59,6 +59,10 @@ def odd_cases() -> list[tuple[bytes, bool]]:
         (codec.encode_record("UnregisterBrokerRecord", 0, {"BrokerId": 7, "BrokerEpoch": 70}), True),
         # a table of its own for the loader, but the rows have no columns for it: the codec's json
         (codec.encode_record("ProducerIdsRecord", 0, {"BrokerId": 1, "BrokerEpoch": 5, "NextProducerId": 9}), True),
+        (codec.encode_record("AccessControlEntryRecord", 0, {
+            "Id": uuid.UUID(int=3), "ResourceType": 2, "ResourceName": "t", "PatternType": 3, "Principal": "User:a",
+            "Host": "*", "Operation": 4, "PermissionType": 3}), True),
+        (codec.encode_record("RemoveAccessControlEntryRecord", 0, {"Id": uuid.UUID(int=3)}), True),
         (codec.encode_record("BrokerRegistrationChangeRecord", 1, {"BrokerId": 1, "BrokerEpoch": 101,
                                                                    "Fenced": -1}), False),
         (codec.encode_record("ConfigRecord", 0, {"ResourceType": 4, "ResourceName": "", "Name": "x",

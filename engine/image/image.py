@@ -407,11 +407,20 @@ class MetadataDelta:
             self.changed.add("producer_ids")
 
     def _acl(self, d, topic_epoch):
-        if self.acls.put(d["Id"], _freeze(dict(d))):
+        self.replay_acl(dict(d))
+
+    def replay_acl(self, fields: dict[str, Any]) -> None:
+        """An AccessControlEntryRecord given by its fields (Id, ResourceType, ResourceName,
+        PatternType, Principal, Host, Operation, PermissionType): the image keeps them all."""
+        if self.acls.put(fields["Id"], _freeze(fields)):
             self.changed.add("acls")
 
     def _remove_acl(self, d, topic_epoch):
-        if self.acls.remove(d["Id"]):
+        self.replay_remove_acl(d["Id"])
+
+    def replay_remove_acl(self, acl_id: uuid.UUID) -> None:
+        """A RemoveAccessControlEntryRecord given by its field."""
+        if self.acls.remove(acl_id):
             self.changed.add("acls")
 
     def _scram(self, d, topic_epoch):

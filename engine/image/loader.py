@@ -17,7 +17,7 @@ records, not necessarily the lowest offset.)
 A record replayed on its own (the side stream, configs, topic deletes, runs too short for bulk)
 comes from its row of the decoded columns when they hold it whole (``_COLUMN_REPLAY``: topics,
 partitions, partition changes, broker changes, fences, producer ids, configs, topic deletes,
-feature levels), else from the generic codec.
+feature levels, ACLs and their removals), else from the generic codec.
 
 Runs: the topic stream is applied strictly in log order, but consecutive records of one shape go
 in one vectorised step: a run of TopicRecords + PartitionRecords (what CreateTopics and snapshots write)
@@ -76,6 +76,7 @@ API_TOPIC, API_PARTITION, API_PARTITION_CHANGE = 2, 3, 5
 API_BEGIN_TXN, API_END_TXN, API_ABORT_TXN = 23, 24, 25
 API_CONFIG, API_REMOVE_TOPIC, API_NOOP, API_BROKER_CHANGE = 4, 9, 20, 17
 API_FENCE, API_UNFENCE, API_FEATURE, API_PRODUCER_IDS = 7, 8, 12, 15
+API_ACL, API_REMOVE_ACL = 18, 19
 # the decoder's broker_changes.fenced (-1 none, 0 unfence, 1 fence) as Kafka's fencing change enum
 _FENCING_OF_COLUMN = {-1: FENCING_NONE, 0: FENCING_UNFENCE, 1: FENCING_FENCE}
 # Which stream each apiKey goes to (apply_columns). NO_STATE: changes nothing (the transaction
@@ -526,6 +527,22 @@ class _Context:
 
     producer_ids.table = "producer_ids"
 
+    def acl(self, a, row: int) -> None:
+        """An AccessControlEntryRecord, or (removed) a RemoveAccessControlEntryRecord."""
+        hi, lo = a.acl_id[row].tolist()
+        acl_id = halves_to_uuid(hi, lo)
+        if bool(a.removed[row]):
+            self.delta.replay_remove_acl(acl_id)
+            return
+        blob = a.acl_blob
+        self.delta.replay_acl({
+            "Id": acl_id, "ResourceType": int(a.resource_type[row]),
+            "ResourceName": _blob_text(blob, a.resource_name_offsets, row), "PatternType": int(a.pattern_type[row]),
+            "Principal": _blob_text(blob, a.principal_offsets, row), "Host": _blob_text(blob, a.host_offsets, row),
+            "Operation": int(a.operation[row]), "PermissionType": int(a.permission_type[row])})
+
+    acl.table = "acls"
+
     def fail(self, offset: int, record_type: str, exc: Exception) -> None:
         if not self.skip_errors:
             raise MetadataLoadError(str(exc), offset=offset, record_type=record_type, path=self.path) from exc
@@ -640,7 +657,8 @@ _COLUMN_REPLAY = {API_BROKER_CHANGE: _Context.broker_change, API_CONFIG: _Contex
                   API_REMOVE_TOPIC: _Context.remove_topic, API_FEATURE: _Context.feature_level,
                   API_FENCE: _Context.fence, API_UNFENCE: _Context.fence,
                   API_PRODUCER_IDS: _Context.producer_ids, API_TOPIC: _Context.topic,
-                  API_PARTITION: _Context.partition, API_PARTITION_CHANGE: _Context.partition_change}
+                  API_PARTITION: _Context.partition, API_PARTITION_CHANGE: _Context.partition_change,
+                  API_ACL: _Context.acl, API_REMOVE_ACL: _Context.acl}
 
 
 def _blob_text(blob: bytes, offsets: np.ndarray, row: int) -> str:

@@ -10,7 +10,7 @@ hold, at the versions named, are
     ConfigRecord v0 (configs)             FeatureLevelRecord v0 (features)
     Fence/UnfenceBrokerRecord v0 (fence)  BrokerRegistrationChangeRecord v0-2 (broker_changes)
     RegisterBrokerRecord v0-3 (broker_registrations)
-    ProducerIdsRecord v0 (producer_ids)
+    ProducerIdsRecord v0 (producer_ids)   (Remove)AccessControlEntryRecord v0 (acls)
 
 Every other record (another apiKey, or an unknown version of these) is listed in ``other``: the
 image decodes those few with the generic codec (metadata.decode_record) from value_pos/value_len.
@@ -113,12 +113,15 @@ class MetadataColumns:
         broker_registrations: record_index, broker_id, broker_epoch, incarnation_id uint64[r,2],
             fenced bool, in_controlled_shutdown bool, rack_offsets into broker_blob, rack_null bool
         producer_ids: record_index, broker_id int32, broker_epoch int64, next_producer_id int64
+        acls: record_index, acl_id uint64[r,2], removed bool (a RemoveAccessControlEntryRecord: its
+            other columns 0 and empty), resource_type, pattern_type, operation, permission_type int8,
+            resource_name_offsets / principal_offsets / host_offsets into acl_blob
         other: record_index
     """
 
     TABLES = ("topics", "partitions", "partition_changes", "remove_topics", "configs", "features",
               "fence", "broker_changes", "broker_registrations", "producer_ids",
-              "other")
+              "acls", "other")
 
     def __init__(self, decoded: dict, data, batches: np.ndarray, source=None):
         for name in ("offsets", "api_keys", "versions", "kind_rows", "value_pos", "value_len"):

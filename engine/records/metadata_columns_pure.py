@@ -45,7 +45,7 @@ _U64 = (1 << 64) - 1
 S_START, S_END, S_BASE_OFFSET, S_RECORD_COUNT, S_CONTROL = range(5)
 
 K_OTHER, K_TOPIC, K_PARTITION, K_CHANGE, K_REMOVE, K_CONFIG, K_FEATURE, K_FENCE, K_BROKER_CHANGE, \
-    K_REGISTER, K_PRODUCER_IDS, K_COUNT = range(12)
+    K_REGISTER, K_PRODUCER_IDS, K_ACL, K_COUNT = range(13)
 
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
@@ -206,6 +206,8 @@ def _kind_of(api_key: int, version: int) -> int:
         return K_REGISTER if version <= 3 else K_OTHER
     if api_key == 15:
         return K_PRODUCER_IDS if version == 0 else K_OTHER
+    if api_key in (18, 19):
+        return K_ACL if version == 0 else K_OTHER
     return K_OTHER
 
 
@@ -329,6 +331,8 @@ class _Tables:
         self.regs = {k: [] for k in ("record_index", "broker_id", "broker_epoch", "incarnation_id", "fenced",
                                      "in_controlled_shutdown", "rack", "rack_null", "extras")}
         self.pids = {k: [] for k in ("record_index", "broker_id", "broker_epoch", "next_producer_id", "extras")}
+        self.acls = {k: [] for k in ("record_index", "acl_id", "removed", "resource_type", "resource_name",
+                                     "pattern_type", "principal", "host", "operation", "permission_type", "extras")}
         # widths as the native pass 1 sizes them: the longest list any occurrence carried
         self.widths = {"p_rep": 1, "p_isr": 1, "c_rep": 1, "c_isr": 1}
 
@@ -505,6 +509,29 @@ def _body_producer_ids(t, buf, p, end, version, i):
     return p
 
 
+def _body_acl(t, buf, p, end, removed, i):
+    """AccessControlEntryRecord v0 or (removed: no field after Id) RemoveAccessControlEntryRecord v0."""
+    acl_id, p = _uuid(buf, p, end, "Id")
+    row = {"record_index": i, "acl_id": acl_id, "removed": removed, "resource_type": 0, "resource_name": b"",
+           "pattern_type": 0, "principal": b"", "host": b"", "operation": 0, "permission_type": 0}
+    if not removed:
+        row["resource_type"], p = _fixed(_I8, buf, p, end, "ResourceType")
+        n, at, p = _string(buf, p, end, False, "ResourceName")
+        row["resource_name"] = bytes(buf[at:at + n])
+        row["pattern_type"], p = _fixed(_I8, buf, p, end, "PatternType")
+        n, at, p = _string(buf, p, end, False, "Principal")
+        row["principal"] = bytes(buf[at:at + n])
+        n, at, p = _string(buf, p, end, False, "Host")
+        row["host"] = bytes(buf[at:at + n])
+        row["operation"], p = _fixed(_I8, buf, p, end, "Operation")
+        row["permission_type"], p = _fixed(_I8, buf, p, end, "PermissionType")
+    count, p = _skip_tags(buf, p, end)
+    row["extras"] = count > 0
+    for key, v in row.items():
+        t.acls[key].append(v)
+    return p
+
+
 _FENCING = {1: 1, -1: 0, 0: -1}  # Fenced on the wire -> column (-1 none, 0 unfence, 1 fence)
 
 
@@ -662,6 +689,8 @@ def decode_sections(data, sections, path=None):
             api_key, version, p = _read_frame(view, start, end)
             if kind == K_FENCE:
                 p = _body_fence(t, view, p, end, api_key == 7, i)
+            elif kind == K_ACL:
+                p = _body_acl(t, view, p, end, api_key == 19, i)
             else:
                 p = _BODIES[kind](t, view, p, end, version, i)
             if p != end:
@@ -723,6 +752,10 @@ def _finish(t: _Tables) -> dict:
     b = t.bchanges
     r = t.regs
     rack_off, rack_blob = _blob(r["rack"])
+    a = t.acls
+    an_off, an_blob = _blob(a["resource_name"])
+    pr_off, pr_blob = _blob(a["principal"])
+    ho_off, ho_blob = _blob(a["host"])
     return {
         "other": {"record_index": np.array(t.other, np.int32)},
         "topics": {"record_index": np.array(topics["record_index"], np.int32), "topic_id": _ids(topics["topic_id"]),
@@ -777,4 +810,10 @@ def _finish(t: _Tables) -> dict:
             "broker_id": np.array(t.pids["broker_id"], np.int32),
             "broker_epoch": np.array(t.pids["broker_epoch"], np.int64),
             "next_producer_id": np.array(t.pids["next_producer_id"], np.int64), "extras": _flags(t.pids["extras"])},
+        "acls": {
+            "record_index": np.array(a["record_index"], np.int32), "acl_id": _ids(a["acl_id"]),
+            "removed": _flags(a["removed"]), "extras": _flags(a["extras"]),
+            **{k: np.array(a[k], np.int8) for k in ("resource_type", "pattern_type", "operation", "permission_type")},
+            "resource_name_offsets": an_off, "principal_offsets": pr_off + len(an_blob),
+            "host_offsets": ho_off + len(an_blob) + len(pr_blob), "acl_blob": an_blob + pr_blob + ho_blob},
     }
