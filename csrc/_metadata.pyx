@@ -110,7 +110,8 @@ DEF K_BROKER_CHANGE = 8
 DEF K_REGISTER = 9
 DEF K_PRODUCER_IDS = 10
 DEF K_ACL = 11
-DEF K_COUNT = 12
+DEF K_QUOTA = 12
+DEF K_COUNT = 13
 
 
 # ---- errors --------------------------------------------------------------------------------------
@@ -523,6 +524,19 @@ cdef struct Ctx:
     Blob ac_principal
     Blob ac_host
     uint8_t *ac_extras
+    # client quotas: one row per record, its entities in a flat list (cq_entity_end[row]: one past
+    # its last), bounded by the kind's value bytes (an entity takes at least three)
+    int32_t *cq_rec
+    Blob cq_key
+    int64_t *cq_value     # float64 bits
+    uint8_t *cq_remove
+    int64_t *cq_entity_end
+    int64_t cq_entities   # entities written so far
+    int64_t cq_entity_cap
+    Blob cq_etype
+    Blob cq_ename
+    uint8_t *cq_ename_null
+    uint8_t *cq_extras
 
 
 cdef inline int kind_of(int64_t api_key, int64_t version) noexcept nogil:
@@ -549,6 +563,8 @@ cdef inline int kind_of(int64_t api_key, int64_t version) noexcept nogil:
         return K_PRODUCER_IDS if version == 0 else K_OTHER
     if api_key == 18 or api_key == 19:
         return K_ACL if version == 0 else K_OTHER
+    if api_key == 14:
+        return K_QUOTA if version == 0 else K_OTHER
     return K_OTHER
 
 
@@ -998,6 +1014,39 @@ cdef int body_acl(Ctx *x, Cur *c, int64_t row, bint removed) noexcept nogil:
     return plain_tags(c, x.ac_extras + row)
 
 
+cdef int body_quota(Ctx *x, Cur *c, int64_t row) noexcept nogil:
+    # ClientQuotaRecord v0: Entity [](EntityType string, EntityName string?), Key string,
+    # Value float64, Remove bool
+    cdef int64_t n, at, count, k, e
+    cdef int8_t b
+    cdef uint8_t entity_tags, extras = 0
+    if rd_array(c, &count, 0, False, "Entity") < 0:
+        return -1
+    for k in range(count):
+        e = x.cq_entities
+        if e >= x.cq_entity_cap:  # only when the bytes changed between the two passes
+            return fail(c, c.pos, "Entity", "entity overflow (the buffer changed while decoding)")
+        if rd_string(c, &n, &at, False, "EntityType") < 0 or blob_put(c, &x.cq_etype, e, at, n) < 0:
+            return -1
+        if rd_string(c, &n, &at, True, "EntityName") < 0 or blob_put(c, &x.cq_ename, e, at, n) < 0:
+            return -1
+        x.cq_ename_null[e] = 1 if n < 0 else 0
+        if plain_tags(c, &entity_tags) < 0:
+            return -1
+        extras |= entity_tags
+        x.cq_entities += 1
+    x.cq_entity_end[row] = x.cq_entities
+    if rd_string(c, &n, &at, False, "Key") < 0 or blob_put(c, &x.cq_key, row, at, n) < 0:
+        return -1
+    if rd_i64(c, x.cq_value + row, "Value") < 0 or rd_i8(c, &b, "Remove") < 0:
+        return -1
+    x.cq_remove[row] = b != 0
+    if plain_tags(c, x.cq_extras + row) < 0:
+        return -1
+    x.cq_extras[row] |= extras
+    return 0
+
+
 cdef int body_broker_change(Ctx *x, Cur *c, int64_t row, int64_t version) noexcept nogil:
     # BrokerRegistrationChangeRecord v0-2: BrokerId int32, BrokerEpoch int64; tags: 0 Fenced int8
     # (1 fence, 0 no change, -1 unfence), 1 InControlledShutdown int8 (v1+; 1 yes, 0 no change),
@@ -1161,6 +1210,9 @@ cdef int pass2(Ctx *x, const uint8_t *p, Err *err) noexcept nogil:
         elif kind == K_ACL:
             x.ac_rec[row] = <int32_t>i
             rc = body_acl(x, &c, row, api_key == 19)
+        elif kind == K_QUOTA:
+            x.cq_rec[row] = <int32_t>i
+            rc = body_quota(x, &c, row)
         else:
             x.rg_rec[row] = <int32_t>i
             rc = body_register(x, &c, row, version)
@@ -1374,7 +1426,7 @@ def decode_sections(data, sections, path=None):
 
 cdef dict allocate_tables(Ctx *x):
     """Exactly sized arrays for every table, and their pointers in ``x``."""
-    cdef int64_t k
+    cdef int64_t k, cap
     x.p_rep_w = min(x.p_rep_w, LIST_COLUMN_MAX_WIDTH)
     x.p_isr_w = min(x.p_isr_w, LIST_COLUMN_MAX_WIDTH)
     x.c_rep_w = min(x.c_rep_w, LIST_COLUMN_MAX_WIDTH)
@@ -1524,10 +1576,27 @@ cdef dict allocate_tables(Ctx *x):
     x.ac_perm = p_i8(acls["permission_type"])
     x.ac_extras = p_u8(acls["extras"])
 
+    k = x.counts[K_QUOTA]
+    cap = x.blob_bytes[K_QUOTA] // 3
+    quotas = {"record_index": np.empty(k, np.int32), "value": np.empty(k, np.float64),
+              "remove": np.empty(k, np.bool_), "entity_end": np.empty(k, np.int64),
+              "extras": np.empty(k, np.bool_), "entity_name_null": np.empty(cap, np.bool_)}
+    quotas.update(new_blob(&x.cq_key, k, x.blob_bytes[K_QUOTA], "key"))
+    quotas.update(new_blob(&x.cq_etype, cap, x.blob_bytes[K_QUOTA], "entity_type"))
+    quotas.update(new_blob(&x.cq_ename, cap, x.blob_bytes[K_QUOTA], "entity_name"))
+    x.cq_rec = p_i32(quotas["record_index"])
+    x.cq_value = p_i64(quotas["value"].view(np.int64))
+    x.cq_remove = p_u8(quotas["remove"])
+    x.cq_entity_end = p_i64(quotas["entity_end"])
+    x.cq_entities = 0
+    x.cq_entity_cap = cap
+    x.cq_ename_null = p_u8(quotas["entity_name_null"])
+    x.cq_extras = p_u8(quotas["extras"])
+
     return {"other": other, "topics": topics, "partitions": parts, "partition_changes": changes,
             "remove_topics": removes, "configs": configs, "features": features, "fence": fence,
             "broker_changes": bchanges, "broker_registrations": regs, "producer_ids": pids,
-            "acls": acls}
+            "acls": acls, "client_quotas": quotas}
 
 
 cdef dict finish_tables(Ctx *x, dict tables):
@@ -1550,4 +1619,12 @@ cdef dict finish_tables(Ctx *x, dict tables):
                        + acl.pop("_host_buf")[:c].tobytes())
     acl["principal_offsets"] += a
     acl["host_offsets"] += a + b
+    q = tables["client_quotas"]
+    e = x.cq_entities
+    q["key_blob"] = q.pop("_key_buf")[:x.cq_key.used].tobytes()
+    a, b = x.cq_etype.used, x.cq_ename.used
+    q["entity_blob"] = q.pop("_entity_type_buf")[:a].tobytes() + q.pop("_entity_name_buf")[:b].tobytes()
+    q["entity_type_offsets"] = q["entity_type_offsets"][:e + 1]
+    q["entity_name_offsets"] = q["entity_name_offsets"][:e + 1] + a
+    q["entity_name_null"] = q["entity_name_null"][:e]
     return tables

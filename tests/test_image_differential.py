@@ -237,7 +237,7 @@ def feature(draw, m: Model) -> list[tuple]:
 
 def client_quota(draw, m: Model) -> list[tuple]:
     entity = draw(st.lists(st.fixed_dictionaries({"EntityType": st.sampled_from(["user", "client-id"]),
-                                                  "EntityName": st.sampled_from(["u", "v"])}),
+                                                  "EntityName": st.sampled_from(["u", "v", None])}),
                            min_size=1, max_size=2, unique_by=lambda e: e["EntityType"]))
     return [("ClientQuotaRecord", 0, {"Entity": entity, "Key": draw(st.sampled_from(["producer_byte_rate", "x"])),
                                       "Value": draw(st.sampled_from([1.0, 2.5])), "Remove": draw(st.booleans())})]

@@ -37,7 +37,7 @@ HOT = {("TopicRecord", 0): "topics", ("RemoveTopicRecord", 0): "remove_topics",
        ("ConfigRecord", 0): "configs", ("FeatureLevelRecord", 0): "features",
        ("FenceBrokerRecord", 0): "fence", ("UnfenceBrokerRecord", 0): "fence",
        ("ProducerIdsRecord", 0): "producer_ids", ("AccessControlEntryRecord", 0): "acls",
-       ("RemoveAccessControlEntryRecord", 0): "acls"}
+       ("RemoveAccessControlEntryRecord", 0): "acls", ("ClientQuotaRecord", 0): "client_quotas"}
 HOT.update({("PartitionRecord", v): "partitions" for v in range(3)})
 HOT.update({("PartitionChangeRecord", v): "partition_changes" for v in range(3)})
 HOT.update({("BrokerRegistrationChangeRecord", v): "broker_changes" for v in range(3)})
@@ -144,6 +144,14 @@ def acl(draw):
 
 
 @st.composite
+def client_quota(draw):
+    entity = st.fixed_dictionaries({"EntityType": text, "EntityName": st.one_of(st.none(), text)})
+    d = {"Entity": draw(st.lists(st.builds(lambda e, tags: _with_tags(e, tags), entity, unknown_tags), max_size=3)),
+         "Key": draw(text), "Value": draw(st.floats(allow_nan=False)), "Remove": draw(st.booleans())}
+    return "ClientQuotaRecord", 0, _with_tags(d, draw(unknown_tags))
+
+
+@st.composite
 def remove_topic(draw):
     return "RemoveTopicRecord", 0, _with_tags({"TopicId": draw(uuids)}, draw(unknown_tags))
 
@@ -179,7 +187,7 @@ def register_broker(draw):
 
 @st.composite
 def other_known(draw):
-    name = draw(st.sampled_from(["NoOpRecord", "UnregisterBrokerRecord", "RegisterControllerRecord", "ClientQuotaRecord"]))
+    name = draw(st.sampled_from(["NoOpRecord", "UnregisterBrokerRecord", "RegisterControllerRecord", "UserScramCredentialRecord"]))
     return name, 0, {}
 
 
@@ -199,7 +207,8 @@ def _encode(spec) -> bytes:
 
 
 records = st.one_of(topic(), partition(), partition(), partition_change(), config(), feature(), fence(),
-                    remove_topic(), broker_change(), register_broker(), producer_ids(), acl(), other_known(), unknown_frame())
+                    remove_topic(), broker_change(), register_broker(), producer_ids(), acl(), client_quota(), other_known(),
+                    unknown_frame())
 
 
 @st.composite
@@ -443,10 +452,22 @@ def check_acl(t, row, d, rec, canonical=True):
     assert t.extras[row] == bool(d.get(UNKNOWN_TAGS))
 
 
+def check_quota(t, row, d, rec, canonical=True):
+    first = int(t.entity_end[row - 1]) if row else 0
+    got = [(_string(t.entity_blob, t.entity_type_offsets, e),
+            None if t.entity_name_null[e] else _string(t.entity_blob, t.entity_name_offsets, e))
+           for e in range(first, int(t.entity_end[row]))]
+    assert got == [(e["EntityType"], e["EntityName"]) for e in d["Entity"]]
+    assert _string(t.key_blob, t.key_offsets, row) == d["Key"]
+    assert t.value[row] == d["Value"] and t.remove[row] == d["Remove"]
+    tagged = bool(d.get(UNKNOWN_TAGS)) or any(e.get(UNKNOWN_TAGS) for e in d["Entity"])
+    assert t.extras[row] == tagged
+
+
 CHECKS = {"topics": check_topic, "partitions": check_partition, "partition_changes": check_change,
           "remove_topics": check_remove, "configs": check_config, "features": check_feature,
           "fence": check_fence, "broker_changes": check_broker_change, "broker_registrations": check_registration,
-          "producer_ids": check_producer_ids, "acls": check_acl}
+          "producer_ids": check_producer_ids, "acls": check_acl, "client_quotas": check_quota}
 
 
 # ---- tests -----------------------------------------------------------------------------------------
@@ -496,7 +517,7 @@ def test_native_twin_and_generic_codec_agree(region_values_headers):
 
 KINDS = {"topic": topic(), "partition": partition(), "partition_change": partition_change(), "config": config(),
          "feature": feature(), "fence": fence(), "remove_topic": remove_topic(), "broker_change": broker_change(),
-         "register_broker": register_broker(), "producer_ids": producer_ids(), "acl": acl(), "other": st.one_of(other_known(), unknown_frame())}
+         "register_broker": register_broker(), "producer_ids": producer_ids(), "acl": acl(), "client_quota": client_quota(), "other": st.one_of(other_known(), unknown_frame())}
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
@@ -549,7 +570,8 @@ def test_mutated_regions_raise_only_undecodable_record_errors_and_the_twins_agre
 def mutated_value(draw):
     """A valid value of a hot kind with a few bytes changed, inserted or removed."""
     value = bytearray(_encode(draw(st.one_of(topic(), partition(), partition_change(), config(), feature(), fence(),
-                                             remove_topic(), broker_change(), register_broker(), producer_ids(), acl()))))
+                                             remove_topic(), broker_change(), register_broker(), producer_ids(), acl(),
+                                             client_quota()))))
     for _ in range(draw(st.integers(1, 3))):
         op = draw(st.integers(0, 2))
         pos = draw(st.integers(0, len(value)))

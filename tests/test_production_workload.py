@@ -152,14 +152,14 @@ def test_snapshot_plus_tail_and_any_region_split_give_the_full_replay(generated)
 COLUMN_REPLAYED = {"NoOpRecord", "TopicRecord", "PartitionRecord", "PartitionChangeRecord",
                    "BrokerRegistrationChangeRecord", "ProducerIdsRecord", "ConfigRecord", "RemoveTopicRecord",
                    "FeatureLevelRecord", "AccessControlEntryRecord",
-                   "RemoveAccessControlEntryRecord"}
+                   "RemoveAccessControlEntryRecord", "ClientQuotaRecord"}
 
 
 def test_noops_and_broker_records_neither_decode_one_by_one_nor_cut_partition_change_runs(generated):
     """NoOps are counted, never decoded; creates, partition changes (short events too), broker
-    changes, producer ids, configs, topic deletes, feature levels and ACLs replay from the decoded
+    changes, producer ids, configs, topic deletes, feature levels, ACLs and client quotas replay from the decoded
     columns: none of them reaches the generic codec, which keeps only the few records the columns
-    do not carry (registrations, SCRAM, tokens, quotas)."""
+    do not carry (registrations, SCRAM, tokens)."""
     base, tail, facts = generated
     loader = Loader()
     loader.replay(base)

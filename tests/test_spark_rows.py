@@ -63,6 +63,9 @@ def odd_cases() -> list[tuple[bytes, bool]]:
             "Id": uuid.UUID(int=3), "ResourceType": 2, "ResourceName": "t", "PatternType": 3, "Principal": "User:a",
             "Host": "*", "Operation": 4, "PermissionType": 3}), True),
         (codec.encode_record("RemoveAccessControlEntryRecord", 0, {"Id": uuid.UUID(int=3)}), True),
+        (codec.encode_record("ClientQuotaRecord", 0, {
+            "Entity": [{"EntityType": "user", "EntityName": None}], "Key": "producer_byte_rate", "Value": 1.5,
+            "Remove": False}), True),
         (codec.encode_record("BrokerRegistrationChangeRecord", 1, {"BrokerId": 1, "BrokerEpoch": 101,
                                                                    "Fenced": -1}), False),
         (codec.encode_record("ConfigRecord", 0, {"ResourceType": 4, "ResourceName": "", "Name": "x",

@@ -379,17 +379,22 @@ class MetadataDelta:
         self.changed.add("configs")
 
     def _client_quota(self, d, topic_epoch):
-        entity = tuple(sorted((e["EntityType"], e["EntityName"]) for e in d["Entity"]))
+        self.replay_client_quota([(e["EntityType"], e["EntityName"]) for e in d["Entity"]], d["Key"], d["Value"],
+                                 d["Remove"])
+
+    def replay_client_quota(self, entity: list[tuple[str, str | None]], key: str, value: float, remove: bool) -> None:
+        """A ClientQuotaRecord given by its fields (entity: its (EntityType, EntityName) pairs)."""
+        entity = tuple(sorted(entity))
         current = self.client_quotas.get(entity, EMPTY)
         updated = dict(current)
-        if d["Remove"]:
-            if d["Key"] not in updated:
+        if remove:
+            if key not in updated:
                 return
-            del updated[d["Key"]]
+            del updated[key]
         else:
-            if updated.get(d["Key"]) == d["Value"]:
+            if updated.get(key) == value:
                 return
-            updated[d["Key"]] = d["Value"]
+            updated[key] = value
         if updated:
             self.client_quotas.put(entity, MappingProxyType(updated))
         else:

@@ -17,7 +17,7 @@ records, not necessarily the lowest offset.)
 A record replayed on its own (the side stream, configs, topic deletes, runs too short for bulk)
 comes from its row of the decoded columns when they hold it whole (``_COLUMN_REPLAY``: topics,
 partitions, partition changes, broker changes, fences, producer ids, configs, topic deletes,
-feature levels, ACLs and their removals), else from the generic codec.
+feature levels, ACLs and their removals, client quotas), else from the generic codec.
 
 Runs: the topic stream is applied strictly in log order, but consecutive records of one shape go
 in one vectorised step: a run of TopicRecords + PartitionRecords (what CreateTopics and snapshots write)
@@ -76,7 +76,7 @@ API_TOPIC, API_PARTITION, API_PARTITION_CHANGE = 2, 3, 5
 API_BEGIN_TXN, API_END_TXN, API_ABORT_TXN = 23, 24, 25
 API_CONFIG, API_REMOVE_TOPIC, API_NOOP, API_BROKER_CHANGE = 4, 9, 20, 17
 API_FENCE, API_UNFENCE, API_FEATURE, API_PRODUCER_IDS = 7, 8, 12, 15
-API_ACL, API_REMOVE_ACL = 18, 19
+API_ACL, API_REMOVE_ACL, API_CLIENT_QUOTA = 18, 19, 14
 # the decoder's broker_changes.fenced (-1 none, 0 unfence, 1 fence) as Kafka's fencing change enum
 _FENCING_OF_COLUMN = {-1: FENCING_NONE, 0: FENCING_UNFENCE, 1: FENCING_FENCE}
 # Which stream each apiKey goes to (apply_columns). NO_STATE: changes nothing (the transaction
@@ -543,6 +543,17 @@ class _Context:
 
     acl.table = "acls"
 
+    def client_quota(self, q, row: int) -> None:
+        """A ClientQuotaRecord: its entities are a slice of the table's flat entity list."""
+        first = int(q.entity_end[row - 1]) if row else 0
+        blob, names, null = q.entity_blob, q.entity_name_offsets, q.entity_name_null
+        entity = [(_blob_text(blob, q.entity_type_offsets, e), None if null[e] else _blob_text(blob, names, e))
+                  for e in range(first, int(q.entity_end[row]))]
+        self.delta.replay_client_quota(entity, _blob_text(q.key_blob, q.key_offsets, row), float(q.value[row]),
+                                       bool(q.remove[row]))
+
+    client_quota.table = "client_quotas"
+
     def fail(self, offset: int, record_type: str, exc: Exception) -> None:
         if not self.skip_errors:
             raise MetadataLoadError(str(exc), offset=offset, record_type=record_type, path=self.path) from exc
@@ -658,7 +669,7 @@ _COLUMN_REPLAY = {API_BROKER_CHANGE: _Context.broker_change, API_CONFIG: _Contex
                   API_FENCE: _Context.fence, API_UNFENCE: _Context.fence,
                   API_PRODUCER_IDS: _Context.producer_ids, API_TOPIC: _Context.topic,
                   API_PARTITION: _Context.partition, API_PARTITION_CHANGE: _Context.partition_change,
-                  API_ACL: _Context.acl, API_REMOVE_ACL: _Context.acl}
+                  API_ACL: _Context.acl, API_REMOVE_ACL: _Context.acl, API_CLIENT_QUOTA: _Context.client_quota}
 
 
 def _blob_text(blob: bytes, offsets: np.ndarray, row: int) -> str:

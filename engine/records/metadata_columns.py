@@ -11,6 +11,7 @@ hold, at the versions named, are
     Fence/UnfenceBrokerRecord v0 (fence)  BrokerRegistrationChangeRecord v0-2 (broker_changes)
     RegisterBrokerRecord v0-3 (broker_registrations)
     ProducerIdsRecord v0 (producer_ids)   (Remove)AccessControlEntryRecord v0 (acls)
+    ClientQuotaRecord v0 (client_quotas)
 
 Every other record (another apiKey, or an unknown version of these) is listed in ``other``: the
 image decodes those few with the generic codec (metadata.decode_record) from value_pos/value_len.
@@ -116,12 +117,16 @@ class MetadataColumns:
         acls: record_index, acl_id uint64[r,2], removed bool (a RemoveAccessControlEntryRecord: its
             other columns 0 and empty), resource_type, pattern_type, operation, permission_type int8,
             resource_name_offsets / principal_offsets / host_offsets into acl_blob
+        client_quotas: record_index, key_offsets into key_blob, value float64, remove bool,
+            entity_end int64 (its entities are entity_end[row - 1] (0 for row 0) .. entity_end[row]
+            of the flat entity list: entity_type_offsets / entity_name_offsets into entity_blob,
+            entity_name_null bool)
         other: record_index
     """
 
     TABLES = ("topics", "partitions", "partition_changes", "remove_topics", "configs", "features",
               "fence", "broker_changes", "broker_registrations", "producer_ids",
-              "acls", "other")
+              "acls", "client_quotas", "other")
 
     def __init__(self, decoded: dict, data, batches: np.ndarray, source=None):
         for name in ("offsets", "api_keys", "versions", "kind_rows", "value_pos", "value_len"):

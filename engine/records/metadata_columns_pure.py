@@ -45,9 +45,10 @@ _U64 = (1 << 64) - 1
 S_START, S_END, S_BASE_OFFSET, S_RECORD_COUNT, S_CONTROL = range(5)
 
 K_OTHER, K_TOPIC, K_PARTITION, K_CHANGE, K_REMOVE, K_CONFIG, K_FEATURE, K_FENCE, K_BROKER_CHANGE, \
-    K_REGISTER, K_PRODUCER_IDS, K_ACL, K_COUNT = range(13)
+    K_REGISTER, K_PRODUCER_IDS, K_ACL, K_QUOTA, K_COUNT = range(14)
 
 _I8 = struct.Struct(">b")
+_F64 = struct.Struct(">d")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -208,6 +209,8 @@ def _kind_of(api_key: int, version: int) -> int:
         return K_PRODUCER_IDS if version == 0 else K_OTHER
     if api_key in (18, 19):
         return K_ACL if version == 0 else K_OTHER
+    if api_key == 14:
+        return K_QUOTA if version == 0 else K_OTHER
     return K_OTHER
 
 
@@ -333,6 +336,8 @@ class _Tables:
         self.pids = {k: [] for k in ("record_index", "broker_id", "broker_epoch", "next_producer_id", "extras")}
         self.acls = {k: [] for k in ("record_index", "acl_id", "removed", "resource_type", "resource_name",
                                      "pattern_type", "principal", "host", "operation", "permission_type", "extras")}
+        self.quotas = {k: [] for k in ("record_index", "key", "value", "remove", "entity_end", "extras")}
+        self.entities = {"entity_type": [], "entity_name": [], "entity_name_null": []}
         # widths as the native pass 1 sizes them: the longest list any occurrence carried
         self.widths = {"p_rep": 1, "p_isr": 1, "c_rep": 1, "c_isr": 1}
 
@@ -532,6 +537,30 @@ def _body_acl(t, buf, p, end, removed, i):
     return p
 
 
+def _body_quota(t, buf, p, end, version, i):
+    count, p, _ = _array(buf, p, end, 0, False, "Entity")
+    extras = False
+    e = t.entities
+    for _ in range(count):
+        n, at, p = _string(buf, p, end, False, "EntityType")
+        e["entity_type"].append(bytes(buf[at:at + n]))
+        n, at, p = _string(buf, p, end, True, "EntityName")
+        e["entity_name"].append(b"" if n < 0 else bytes(buf[at:at + n]))
+        e["entity_name_null"].append(n < 0)
+        tags, p = _skip_tags(buf, p, end)
+        extras = extras or tags > 0
+    n, at, p = _string(buf, p, end, False, "Key")
+    key = bytes(buf[at:at + n])
+    value, p = _fixed(_F64, buf, p, end, "Value")
+    remove, p = _fixed(_I8, buf, p, end, "Remove")
+    tags, p = _skip_tags(buf, p, end)
+    r = t.quotas
+    for k, v in (("record_index", i), ("key", key), ("value", value), ("remove", remove != 0),
+                 ("entity_end", len(e["entity_type"])), ("extras", extras or tags > 0)):
+        r[k].append(v)
+    return p
+
+
 _FENCING = {1: 1, -1: 0, 0: -1}  # Fenced on the wire -> column (-1 none, 0 unfence, 1 fence)
 
 
@@ -613,7 +642,8 @@ def _body_register(t, buf, p, end, version, i):
 
 _BODIES = {K_TOPIC: _body_topic, K_PARTITION: _body_partition, K_CHANGE: _body_change,
            K_REMOVE: _body_remove, K_CONFIG: _body_config, K_FEATURE: _body_feature,
-           K_BROKER_CHANGE: _body_broker_change, K_REGISTER: _body_register, K_PRODUCER_IDS: _body_producer_ids}
+           K_BROKER_CHANGE: _body_broker_change, K_REGISTER: _body_register, K_PRODUCER_IDS: _body_producer_ids,
+           K_QUOTA: _body_quota}
 
 
 def _raise(fail: _Fail, offset: int, api_key: int, version: int, section: int, path):
@@ -756,6 +786,10 @@ def _finish(t: _Tables) -> dict:
     an_off, an_blob = _blob(a["resource_name"])
     pr_off, pr_blob = _blob(a["principal"])
     ho_off, ho_blob = _blob(a["host"])
+    q, qe = t.quotas, t.entities
+    key_off, key_blob = _blob(q["key"])
+    et_off, et_blob = _blob(qe["entity_type"])
+    en_off, en_blob = _blob(qe["entity_name"])
     return {
         "other": {"record_index": np.array(t.other, np.int32)},
         "topics": {"record_index": np.array(topics["record_index"], np.int32), "topic_id": _ids(topics["topic_id"]),
@@ -816,4 +850,10 @@ def _finish(t: _Tables) -> dict:
             **{k: np.array(a[k], np.int8) for k in ("resource_type", "pattern_type", "operation", "permission_type")},
             "resource_name_offsets": an_off, "principal_offsets": pr_off + len(an_blob),
             "host_offsets": ho_off + len(an_blob) + len(pr_blob), "acl_blob": an_blob + pr_blob + ho_blob},
+        "client_quotas": {
+            "record_index": np.array(q["record_index"], np.int32), "value": np.array(q["value"], np.float64),
+            "remove": _flags(q["remove"]), "entity_end": np.array(q["entity_end"], np.int64),
+            "extras": _flags(q["extras"]), "key_offsets": key_off, "key_blob": key_blob,
+            "entity_type_offsets": et_off, "entity_name_offsets": en_off + len(et_blob),
+            "entity_name_null": _flags(qe["entity_name_null"]), "entity_blob": et_blob + en_blob},
     }
