@@ -111,7 +111,8 @@ DEF K_REGISTER = 9
 DEF K_PRODUCER_IDS = 10
 DEF K_ACL = 11
 DEF K_QUOTA = 12
-DEF K_COUNT = 13
+DEF K_SCRAM = 13
+DEF K_COUNT = 14
 
 
 # ---- errors --------------------------------------------------------------------------------------
@@ -329,6 +330,18 @@ cdef inline int rd_string(Cur *c, int64_t *n, int64_t *at, bint nullable, const 
     return 0
 
 
+cdef inline int rd_bytes(Cur *c, int64_t *n, int64_t *at, const char *field) noexcept nogil:
+    """Compact bytes (not nullable): their length and where they start."""
+    cdef int64_t start = c.pos
+    if rd_len(c, n, False, field) < 0:
+        return -1
+    at[0] = c.pos
+    if n[0] > c.end - c.pos:
+        return fail(c, start, field, "bytes run past the end of the record")
+    c.pos += n[0]
+    return 0
+
+
 cdef inline int rd_tag_count(Cur *c, uint64_t *count) noexcept nogil:
     cdef int64_t start = c.pos
     if rd_uvar(c, count, "tagged fields") < 0:
@@ -537,6 +550,16 @@ cdef struct Ctx:
     Blob cq_ename
     uint8_t *cq_ename_null
     uint8_t *cq_extras
+    # SCRAM credentials and their removals (removed: only name and mechanism)
+    int32_t *sc_rec
+    uint8_t *sc_removed
+    int8_t *sc_mechanism
+    int32_t *sc_iterations
+    Blob sc_name
+    Blob sc_salt
+    Blob sc_stored
+    Blob sc_server
+    uint8_t *sc_extras
 
 
 cdef inline int kind_of(int64_t api_key, int64_t version) noexcept nogil:
@@ -565,6 +588,8 @@ cdef inline int kind_of(int64_t api_key, int64_t version) noexcept nogil:
         return K_ACL if version == 0 else K_OTHER
     if api_key == 14:
         return K_QUOTA if version == 0 else K_OTHER
+    if api_key == 11 or api_key == 22:
+        return K_SCRAM if version == 0 else K_OTHER
     return K_OTHER
 
 
@@ -1047,6 +1072,33 @@ cdef int body_quota(Ctx *x, Cur *c, int64_t row) noexcept nogil:
     return 0
 
 
+cdef int body_scram(Ctx *x, Cur *c, int64_t row, bint removed) noexcept nogil:
+    # UserScramCredentialRecord v0: Name string, Mechanism int8, Salt bytes, StoredKey bytes,
+    # ServerKey bytes, Iterations int32. RemoveUserScramCredentialRecord v0: Name, Mechanism only
+    cdef int64_t n, at
+    x.sc_removed[row] = removed
+    if rd_string(c, &n, &at, False, "Name") < 0 or blob_put(c, &x.sc_name, row, at, n) < 0:
+        return -1
+    if rd_i8(c, x.sc_mechanism + row, "Mechanism") < 0:
+        return -1
+    if removed:
+        x.sc_iterations[row] = 0
+        if blob_put(c, &x.sc_salt, row, 0, 0) < 0 or blob_put(c, &x.sc_stored, row, 0, 0) < 0:
+            return -1
+        if blob_put(c, &x.sc_server, row, 0, 0) < 0:
+            return -1
+        return plain_tags(c, x.sc_extras + row)
+    if rd_bytes(c, &n, &at, "Salt") < 0 or blob_put(c, &x.sc_salt, row, at, n) < 0:
+        return -1
+    if rd_bytes(c, &n, &at, "StoredKey") < 0 or blob_put(c, &x.sc_stored, row, at, n) < 0:
+        return -1
+    if rd_bytes(c, &n, &at, "ServerKey") < 0 or blob_put(c, &x.sc_server, row, at, n) < 0:
+        return -1
+    if rd_i32(c, x.sc_iterations + row, "Iterations") < 0:
+        return -1
+    return plain_tags(c, x.sc_extras + row)
+
+
 cdef int body_broker_change(Ctx *x, Cur *c, int64_t row, int64_t version) noexcept nogil:
     # BrokerRegistrationChangeRecord v0-2: BrokerId int32, BrokerEpoch int64; tags: 0 Fenced int8
     # (1 fence, 0 no change, -1 unfence), 1 InControlledShutdown int8 (v1+; 1 yes, 0 no change),
@@ -1213,6 +1265,9 @@ cdef int pass2(Ctx *x, const uint8_t *p, Err *err) noexcept nogil:
         elif kind == K_QUOTA:
             x.cq_rec[row] = <int32_t>i
             rc = body_quota(x, &c, row)
+        elif kind == K_SCRAM:
+            x.sc_rec[row] = <int32_t>i
+            rc = body_scram(x, &c, row, api_key == 22)
         else:
             x.rg_rec[row] = <int32_t>i
             rc = body_register(x, &c, row, version)
@@ -1593,10 +1648,24 @@ cdef dict allocate_tables(Ctx *x):
     x.cq_ename_null = p_u8(quotas["entity_name_null"])
     x.cq_extras = p_u8(quotas["extras"])
 
+    k = x.counts[K_SCRAM]
+    scram = {"record_index": np.empty(k, np.int32), "removed": np.empty(k, np.bool_),
+             "mechanism": np.empty(k, np.int8), "iterations": np.empty(k, np.int32),
+             "extras": np.empty(k, np.bool_)}
+    scram.update(new_blob(&x.sc_name, k, x.blob_bytes[K_SCRAM], "name"))
+    scram.update(new_blob(&x.sc_salt, k, x.blob_bytes[K_SCRAM], "salt"))
+    scram.update(new_blob(&x.sc_stored, k, x.blob_bytes[K_SCRAM], "stored_key"))
+    scram.update(new_blob(&x.sc_server, k, x.blob_bytes[K_SCRAM], "server_key"))
+    x.sc_rec = p_i32(scram["record_index"])
+    x.sc_removed = p_u8(scram["removed"])
+    x.sc_mechanism = p_i8(scram["mechanism"])
+    x.sc_iterations = p_i32(scram["iterations"])
+    x.sc_extras = p_u8(scram["extras"])
+
     return {"other": other, "topics": topics, "partitions": parts, "partition_changes": changes,
             "remove_topics": removes, "configs": configs, "features": features, "fence": fence,
             "broker_changes": bchanges, "broker_registrations": regs, "producer_ids": pids,
-            "acls": acls, "client_quotas": quotas}
+            "acls": acls, "client_quotas": quotas, "scram": scram}
 
 
 cdef dict finish_tables(Ctx *x, dict tables):
@@ -1627,4 +1696,13 @@ cdef dict finish_tables(Ctx *x, dict tables):
     q["entity_type_offsets"] = q["entity_type_offsets"][:e + 1]
     q["entity_name_offsets"] = q["entity_name_offsets"][:e + 1] + a
     q["entity_name_null"] = q["entity_name_null"][:e]
+    sc = tables["scram"]
+    at = 0
+    parts = []
+    for prefix, used in (("name", x.sc_name.used), ("salt", x.sc_salt.used), ("stored_key", x.sc_stored.used),
+                         ("server_key", x.sc_server.used)):
+        parts.append(sc.pop("_" + prefix + "_buf")[:used].tobytes())
+        sc[prefix + "_offsets"] += at
+        at += used
+    sc["scram_blob"] = b"".join(parts)
     return tables

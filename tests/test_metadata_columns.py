@@ -37,7 +37,8 @@ HOT = {("TopicRecord", 0): "topics", ("RemoveTopicRecord", 0): "remove_topics",
        ("ConfigRecord", 0): "configs", ("FeatureLevelRecord", 0): "features",
        ("FenceBrokerRecord", 0): "fence", ("UnfenceBrokerRecord", 0): "fence",
        ("ProducerIdsRecord", 0): "producer_ids", ("AccessControlEntryRecord", 0): "acls",
-       ("RemoveAccessControlEntryRecord", 0): "acls", ("ClientQuotaRecord", 0): "client_quotas"}
+       ("RemoveAccessControlEntryRecord", 0): "acls", ("ClientQuotaRecord", 0): "client_quotas",
+       ("UserScramCredentialRecord", 0): "scram", ("RemoveUserScramCredentialRecord", 0): "scram"}
 HOT.update({("PartitionRecord", v): "partitions" for v in range(3)})
 HOT.update({("PartitionChangeRecord", v): "partition_changes" for v in range(3)})
 HOT.update({("BrokerRegistrationChangeRecord", v): "broker_changes" for v in range(3)})
@@ -152,6 +153,16 @@ def client_quota(draw):
 
 
 @st.composite
+def scram(draw):
+    d = {"Name": draw(text), "Mechanism": draw(i8)}
+    if draw(st.booleans()):
+        return "RemoveUserScramCredentialRecord", 0, _with_tags(d, draw(unknown_tags))
+    d.update({"Salt": draw(st.binary(max_size=6)), "StoredKey": draw(st.binary(max_size=6)),
+              "ServerKey": draw(st.binary(max_size=6)), "Iterations": draw(i32)})
+    return "UserScramCredentialRecord", 0, _with_tags(d, draw(unknown_tags))
+
+
+@st.composite
 def remove_topic(draw):
     return "RemoveTopicRecord", 0, _with_tags({"TopicId": draw(uuids)}, draw(unknown_tags))
 
@@ -187,7 +198,7 @@ def register_broker(draw):
 
 @st.composite
 def other_known(draw):
-    name = draw(st.sampled_from(["NoOpRecord", "UnregisterBrokerRecord", "RegisterControllerRecord", "UserScramCredentialRecord"]))
+    name = draw(st.sampled_from(["NoOpRecord", "UnregisterBrokerRecord", "RegisterControllerRecord", "DelegationTokenRecord"]))
     return name, 0, {}
 
 
@@ -207,7 +218,7 @@ def _encode(spec) -> bytes:
 
 
 records = st.one_of(topic(), partition(), partition(), partition_change(), config(), feature(), fence(),
-                    remove_topic(), broker_change(), register_broker(), producer_ids(), acl(), client_quota(), other_known(),
+                    remove_topic(), broker_change(), register_broker(), producer_ids(), acl(), client_quota(), scram(), other_known(),
                     unknown_frame())
 
 
@@ -464,10 +475,19 @@ def check_quota(t, row, d, rec, canonical=True):
     assert t.extras[row] == tagged
 
 
+def check_scram(t, row, d, rec, canonical=True):
+    removed = rec.record_type == "RemoveUserScramCredentialRecord"
+    assert _string(t.scram_blob, t.name_offsets, row) == d["Name"] and t.mechanism[row] == d["Mechanism"]
+    assert t.removed[row] == removed and t.iterations[row] == (0 if removed else d["Iterations"])
+    keys = [t.scram_blob[int(o[row]):int(o[row + 1])] for o in (t.salt_offsets, t.stored_key_offsets, t.server_key_offsets)]
+    assert keys == ([b""] * 3 if removed else [d["Salt"], d["StoredKey"], d["ServerKey"]])
+    assert t.extras[row] == bool(d.get(UNKNOWN_TAGS))
+
+
 CHECKS = {"topics": check_topic, "partitions": check_partition, "partition_changes": check_change,
           "remove_topics": check_remove, "configs": check_config, "features": check_feature,
           "fence": check_fence, "broker_changes": check_broker_change, "broker_registrations": check_registration,
-          "producer_ids": check_producer_ids, "acls": check_acl, "client_quotas": check_quota}
+          "producer_ids": check_producer_ids, "acls": check_acl, "client_quotas": check_quota, "scram": check_scram}
 
 
 # ---- tests -----------------------------------------------------------------------------------------
@@ -517,7 +537,7 @@ def test_native_twin_and_generic_codec_agree(region_values_headers):
 
 KINDS = {"topic": topic(), "partition": partition(), "partition_change": partition_change(), "config": config(),
          "feature": feature(), "fence": fence(), "remove_topic": remove_topic(), "broker_change": broker_change(),
-         "register_broker": register_broker(), "producer_ids": producer_ids(), "acl": acl(), "client_quota": client_quota(), "other": st.one_of(other_known(), unknown_frame())}
+         "register_broker": register_broker(), "producer_ids": producer_ids(), "acl": acl(), "client_quota": client_quota(), "scram": scram(), "other": st.one_of(other_known(), unknown_frame())}
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
@@ -571,7 +591,7 @@ def mutated_value(draw):
     """A valid value of a hot kind with a few bytes changed, inserted or removed."""
     value = bytearray(_encode(draw(st.one_of(topic(), partition(), partition_change(), config(), feature(), fence(),
                                              remove_topic(), broker_change(), register_broker(), producer_ids(), acl(),
-                                             client_quota()))))
+                                             client_quota(), scram()))))
     for _ in range(draw(st.integers(1, 3))):
         op = draw(st.integers(0, 2))
         pos = draw(st.integers(0, len(value)))

@@ -152,14 +152,15 @@ def test_snapshot_plus_tail_and_any_region_split_give_the_full_replay(generated)
 COLUMN_REPLAYED = {"NoOpRecord", "TopicRecord", "PartitionRecord", "PartitionChangeRecord",
                    "BrokerRegistrationChangeRecord", "ProducerIdsRecord", "ConfigRecord", "RemoveTopicRecord",
                    "FeatureLevelRecord", "AccessControlEntryRecord",
-                   "RemoveAccessControlEntryRecord", "ClientQuotaRecord"}
+                   "RemoveAccessControlEntryRecord", "ClientQuotaRecord",
+                   "UserScramCredentialRecord"}
 
 
 def test_noops_and_broker_records_neither_decode_one_by_one_nor_cut_partition_change_runs(generated):
     """NoOps are counted, never decoded; creates, partition changes (short events too), broker
-    changes, producer ids, configs, topic deletes, feature levels, ACLs and client quotas replay from the decoded
+    changes, producer ids, configs, topic deletes, feature levels, ACLs, client quotas and SCRAM credentials replay from the decoded
     columns: none of them reaches the generic codec, which keeps only the few records the columns
-    do not carry (registrations, SCRAM, tokens)."""
+    do not carry (registrations, tokens)."""
     base, tail, facts = generated
     loader = Loader()
     loader.replay(base)

@@ -66,6 +66,9 @@ def odd_cases() -> list[tuple[bytes, bool]]:
         (codec.encode_record("ClientQuotaRecord", 0, {
             "Entity": [{"EntityType": "user", "EntityName": None}], "Key": "producer_byte_rate", "Value": 1.5,
             "Remove": False}), True),
+        (codec.encode_record("UserScramCredentialRecord", 0, {
+            "Name": "alice", "Mechanism": 1, "Salt": b"s", "StoredKey": b"k", "ServerKey": b"v", "Iterations": 4096}), True),
+        (codec.encode_record("RemoveUserScramCredentialRecord", 0, {"Name": "alice", "Mechanism": 1}), True),
         (codec.encode_record("BrokerRegistrationChangeRecord", 1, {"BrokerId": 1, "BrokerEpoch": 101,
                                                                    "Fenced": -1}), False),
         (codec.encode_record("ConfigRecord", 0, {"ResourceType": 4, "ResourceName": "", "Name": "x",

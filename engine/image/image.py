@@ -429,11 +429,20 @@ class MetadataDelta:
             self.changed.add("acls")
 
     def _scram(self, d, topic_epoch):
-        if self.scram.put((d["Name"], d["Mechanism"]), _freeze(dict(d))):
+        self.replay_scram(dict(d))
+
+    def replay_scram(self, fields: dict[str, Any]) -> None:
+        """A UserScramCredentialRecord given by its fields (Name, Mechanism, Salt, StoredKey,
+        ServerKey, Iterations): the image keeps them all, keyed by (Name, Mechanism)."""
+        if self.scram.put((fields["Name"], fields["Mechanism"]), _freeze(fields)):
             self.changed.add("scram")
 
     def _remove_scram(self, d, topic_epoch):
-        if self.scram.remove((d["Name"], d["Mechanism"])):
+        self.replay_remove_scram(d["Name"], d["Mechanism"])
+
+    def replay_remove_scram(self, name: str, mechanism: int) -> None:
+        """A RemoveUserScramCredentialRecord given by its fields."""
+        if self.scram.remove((name, mechanism)):
             self.changed.add("scram")
 
     def _token(self, d, topic_epoch):

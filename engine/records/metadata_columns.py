@@ -11,7 +11,7 @@ hold, at the versions named, are
     Fence/UnfenceBrokerRecord v0 (fence)  BrokerRegistrationChangeRecord v0-2 (broker_changes)
     RegisterBrokerRecord v0-3 (broker_registrations)
     ProducerIdsRecord v0 (producer_ids)   (Remove)AccessControlEntryRecord v0 (acls)
-    ClientQuotaRecord v0 (client_quotas)
+    ClientQuotaRecord v0 (client_quotas)  (Remove)UserScramCredentialRecord v0 (scram)
 
 Every other record (another apiKey, or an unknown version of these) is listed in ``other``: the
 image decodes those few with the generic codec (metadata.decode_record) from value_pos/value_len.
@@ -121,12 +121,15 @@ class MetadataColumns:
             entity_end int64 (its entities are entity_end[row - 1] (0 for row 0) .. entity_end[row]
             of the flat entity list: entity_type_offsets / entity_name_offsets into entity_blob,
             entity_name_null bool)
+        scram: record_index, removed bool (a RemoveUserScramCredentialRecord: name and mechanism
+            only), mechanism int8, iterations int32, name_offsets / salt_offsets /
+            stored_key_offsets / server_key_offsets into scram_blob (the keys are bytes, not text)
         other: record_index
     """
 
     TABLES = ("topics", "partitions", "partition_changes", "remove_topics", "configs", "features",
               "fence", "broker_changes", "broker_registrations", "producer_ids",
-              "acls", "client_quotas", "other")
+              "acls", "client_quotas", "scram", "other")
 
     def __init__(self, decoded: dict, data, batches: np.ndarray, source=None):
         for name in ("offsets", "api_keys", "versions", "kind_rows", "value_pos", "value_len"):

@@ -45,7 +45,7 @@ _U64 = (1 << 64) - 1
 S_START, S_END, S_BASE_OFFSET, S_RECORD_COUNT, S_CONTROL = range(5)
 
 K_OTHER, K_TOPIC, K_PARTITION, K_CHANGE, K_REMOVE, K_CONFIG, K_FEATURE, K_FENCE, K_BROKER_CHANGE, \
-    K_REGISTER, K_PRODUCER_IDS, K_ACL, K_QUOTA, K_COUNT = range(14)
+    K_REGISTER, K_PRODUCER_IDS, K_ACL, K_QUOTA, K_SCRAM, K_COUNT = range(15)
 
 _I8 = struct.Struct(">b")
 _F64 = struct.Struct(">d")
@@ -155,6 +155,14 @@ def _string(buf, pos, end, nullable, field):
     return n, p, p + n
 
 
+def _bytes(buf, pos, end, field):
+    """Compact bytes (not nullable): the bytes and next pos."""
+    n, p = _len(buf, pos, end, False, field)
+    if n > end - p:
+        raise _Fail(pos, field, "bytes run past the end of the record")
+    return bytes(buf[p:p + n]), p + n
+
+
 def _tag_count(buf, pos, end):
     count, p = _uvar(buf, pos, end, "tagged fields")
     if count > end - p:
@@ -211,6 +219,8 @@ def _kind_of(api_key: int, version: int) -> int:
         return K_ACL if version == 0 else K_OTHER
     if api_key == 14:
         return K_QUOTA if version == 0 else K_OTHER
+    if api_key in (11, 22):
+        return K_SCRAM if version == 0 else K_OTHER
     return K_OTHER
 
 
@@ -338,6 +348,8 @@ class _Tables:
                                      "pattern_type", "principal", "host", "operation", "permission_type", "extras")}
         self.quotas = {k: [] for k in ("record_index", "key", "value", "remove", "entity_end", "extras")}
         self.entities = {"entity_type": [], "entity_name": [], "entity_name_null": []}
+        self.scram = {k: [] for k in ("record_index", "removed", "name", "mechanism", "salt", "stored_key",
+                                      "server_key", "iterations", "extras")}
         # widths as the native pass 1 sizes them: the longest list any occurrence carried
         self.widths = {"p_rep": 1, "p_isr": 1, "c_rep": 1, "c_isr": 1}
 
@@ -561,6 +573,24 @@ def _body_quota(t, buf, p, end, version, i):
     return p
 
 
+def _body_scram(t, buf, p, end, removed, i):
+    """UserScramCredentialRecord v0 or (removed: Name and Mechanism only) its removal."""
+    n, at, p = _string(buf, p, end, False, "Name")
+    row = {"record_index": i, "removed": removed, "name": bytes(buf[at:at + n]), "mechanism": 0,
+           "salt": b"", "stored_key": b"", "server_key": b"", "iterations": 0}
+    row["mechanism"], p = _fixed(_I8, buf, p, end, "Mechanism")
+    if not removed:
+        row["salt"], p = _bytes(buf, p, end, "Salt")
+        row["stored_key"], p = _bytes(buf, p, end, "StoredKey")
+        row["server_key"], p = _bytes(buf, p, end, "ServerKey")
+        row["iterations"], p = _fixed(_I32, buf, p, end, "Iterations")
+    count, p = _skip_tags(buf, p, end)
+    row["extras"] = count > 0
+    for key, v in row.items():
+        t.scram[key].append(v)
+    return p
+
+
 _FENCING = {1: 1, -1: 0, 0: -1}  # Fenced on the wire -> column (-1 none, 0 unfence, 1 fence)
 
 
@@ -721,6 +751,8 @@ def decode_sections(data, sections, path=None):
                 p = _body_fence(t, view, p, end, api_key == 7, i)
             elif kind == K_ACL:
                 p = _body_acl(t, view, p, end, api_key == 19, i)
+            elif kind == K_SCRAM:
+                p = _body_scram(t, view, p, end, api_key == 22, i)
             else:
                 p = _BODIES[kind](t, view, p, end, version, i)
             if p != end:
@@ -790,6 +822,16 @@ def _finish(t: _Tables) -> dict:
     key_off, key_blob = _blob(q["key"])
     et_off, et_blob = _blob(qe["entity_type"])
     en_off, en_blob = _blob(qe["entity_name"])
+    sc = t.scram
+    scram = {"record_index": np.array(sc["record_index"], np.int32), "removed": _flags(sc["removed"]),
+             "mechanism": np.array(sc["mechanism"], np.int8), "iterations": np.array(sc["iterations"], np.int32),
+             "extras": _flags(sc["extras"])}
+    at = 0
+    for prefix in ("name", "salt", "stored_key", "server_key"):
+        offsets, blob = _blob(sc[prefix])
+        scram[prefix + "_offsets"] = offsets + at
+        at += len(blob)
+    scram["scram_blob"] = b"".join(b"".join(sc[prefix]) for prefix in ("name", "salt", "stored_key", "server_key"))
     return {
         "other": {"record_index": np.array(t.other, np.int32)},
         "topics": {"record_index": np.array(topics["record_index"], np.int32), "topic_id": _ids(topics["topic_id"]),
@@ -856,4 +898,5 @@ def _finish(t: _Tables) -> dict:
             "extras": _flags(q["extras"]), "key_offsets": key_off, "key_blob": key_blob,
             "entity_type_offsets": et_off, "entity_name_offsets": en_off + len(et_blob),
             "entity_name_null": _flags(qe["entity_name_null"]), "entity_blob": et_blob + en_blob},
+        "scram": scram,
     }
