@@ -112,7 +112,8 @@ DEF K_PRODUCER_IDS = 10
 DEF K_ACL = 11
 DEF K_QUOTA = 12
 DEF K_SCRAM = 13
-DEF K_COUNT = 14
+DEF K_TOKEN = 14
+DEF K_COUNT = 15
 
 
 # ---- errors --------------------------------------------------------------------------------------
@@ -560,6 +561,21 @@ cdef struct Ctx:
     Blob sc_stored
     Blob sc_server
     uint8_t *sc_extras
+    # delegation tokens and their removals (removed: token id only); renewers in a flat list
+    # (dt_renewer_end[row]: one past its last), bounded by the kind's value bytes
+    int32_t *dt_rec
+    uint8_t *dt_removed
+    int64_t *dt_issue
+    int64_t *dt_max
+    int64_t *dt_expiration
+    Blob dt_owner
+    Blob dt_requester
+    Blob dt_token_id
+    int64_t *dt_renewer_end
+    int64_t dt_renewers
+    int64_t dt_renewer_cap
+    Blob dt_renewer
+    uint8_t *dt_extras
 
 
 cdef inline int kind_of(int64_t api_key, int64_t version) noexcept nogil:
@@ -590,6 +606,8 @@ cdef inline int kind_of(int64_t api_key, int64_t version) noexcept nogil:
         return K_QUOTA if version == 0 else K_OTHER
     if api_key == 11 or api_key == 22:
         return K_SCRAM if version == 0 else K_OTHER
+    if api_key == 10 or api_key == 26:
+        return K_TOKEN if version == 0 else K_OTHER
     return K_OTHER
 
 
@@ -1099,6 +1117,40 @@ cdef int body_scram(Ctx *x, Cur *c, int64_t row, bint removed) noexcept nogil:
     return plain_tags(c, x.sc_extras + row)
 
 
+cdef int body_token(Ctx *x, Cur *c, int64_t row, bint removed) noexcept nogil:
+    # DelegationTokenRecord v0: Owner string, Requester string, Renewers []string, IssueTimestamp,
+    # MaxTimestamp, ExpirationTimestamp int64, TokenId string.
+    # RemoveDelegationTokenRecord v0: TokenId string (its other columns: 0 and empty)
+    cdef int64_t n, at, count, k
+    x.dt_removed[row] = removed
+    if removed:
+        x.dt_issue[row] = x.dt_max[row] = x.dt_expiration[row] = 0
+        if blob_put(c, &x.dt_owner, row, 0, 0) < 0 or blob_put(c, &x.dt_requester, row, 0, 0) < 0:
+            return -1
+        x.dt_renewer_end[row] = x.dt_renewers
+    else:
+        if rd_string(c, &n, &at, False, "Owner") < 0 or blob_put(c, &x.dt_owner, row, at, n) < 0:
+            return -1
+        if rd_string(c, &n, &at, False, "Requester") < 0 or blob_put(c, &x.dt_requester, row, at, n) < 0:
+            return -1
+        if rd_array(c, &count, 0, False, "Renewers") < 0:
+            return -1
+        for k in range(count):
+            if x.dt_renewers >= x.dt_renewer_cap:  # only when the bytes changed between the two passes
+                return fail(c, c.pos, "Renewers", "renewer overflow (the buffer changed while decoding)")
+            if rd_string(c, &n, &at, False, "Renewers") < 0 or blob_put(c, &x.dt_renewer, x.dt_renewers, at, n) < 0:
+                return -1
+            x.dt_renewers += 1
+        x.dt_renewer_end[row] = x.dt_renewers
+        if rd_i64(c, x.dt_issue + row, "IssueTimestamp") < 0 or rd_i64(c, x.dt_max + row, "MaxTimestamp") < 0:
+            return -1
+        if rd_i64(c, x.dt_expiration + row, "ExpirationTimestamp") < 0:
+            return -1
+    if rd_string(c, &n, &at, False, "TokenId") < 0 or blob_put(c, &x.dt_token_id, row, at, n) < 0:
+        return -1
+    return plain_tags(c, x.dt_extras + row)
+
+
 cdef int body_broker_change(Ctx *x, Cur *c, int64_t row, int64_t version) noexcept nogil:
     # BrokerRegistrationChangeRecord v0-2: BrokerId int32, BrokerEpoch int64; tags: 0 Fenced int8
     # (1 fence, 0 no change, -1 unfence), 1 InControlledShutdown int8 (v1+; 1 yes, 0 no change),
@@ -1268,6 +1320,9 @@ cdef int pass2(Ctx *x, const uint8_t *p, Err *err) noexcept nogil:
         elif kind == K_SCRAM:
             x.sc_rec[row] = <int32_t>i
             rc = body_scram(x, &c, row, api_key == 22)
+        elif kind == K_TOKEN:
+            x.dt_rec[row] = <int32_t>i
+            rc = body_token(x, &c, row, api_key == 26)
         else:
             x.rg_rec[row] = <int32_t>i
             rc = body_register(x, &c, row, version)
@@ -1662,10 +1717,31 @@ cdef dict allocate_tables(Ctx *x):
     x.sc_iterations = p_i32(scram["iterations"])
     x.sc_extras = p_u8(scram["extras"])
 
+    k = x.counts[K_TOKEN]
+    cap = x.blob_bytes[K_TOKEN]  # a renewer takes at least one byte
+    tokens = {"record_index": np.empty(k, np.int32), "removed": np.empty(k, np.bool_),
+              "issue_timestamp_ms": np.empty(k, np.int64), "max_timestamp_ms": np.empty(k, np.int64),
+              "expiration_timestamp_ms": np.empty(k, np.int64), "renewer_end": np.empty(k, np.int64),
+              "extras": np.empty(k, np.bool_)}
+    tokens.update(new_blob(&x.dt_owner, k, x.blob_bytes[K_TOKEN], "owner"))
+    tokens.update(new_blob(&x.dt_requester, k, x.blob_bytes[K_TOKEN], "requester"))
+    tokens.update(new_blob(&x.dt_token_id, k, x.blob_bytes[K_TOKEN], "token_id"))
+    tokens.update(new_blob(&x.dt_renewer, cap, x.blob_bytes[K_TOKEN], "renewer"))
+    x.dt_rec = p_i32(tokens["record_index"])
+    x.dt_removed = p_u8(tokens["removed"])
+    x.dt_issue = p_i64(tokens["issue_timestamp_ms"])
+    x.dt_max = p_i64(tokens["max_timestamp_ms"])
+    x.dt_expiration = p_i64(tokens["expiration_timestamp_ms"])
+    x.dt_renewer_end = p_i64(tokens["renewer_end"])
+    x.dt_renewers = 0
+    x.dt_renewer_cap = cap
+    x.dt_extras = p_u8(tokens["extras"])
+
     return {"other": other, "topics": topics, "partitions": parts, "partition_changes": changes,
             "remove_topics": removes, "configs": configs, "features": features, "fence": fence,
             "broker_changes": bchanges, "broker_registrations": regs, "producer_ids": pids,
-            "acls": acls, "client_quotas": quotas, "scram": scram}
+            "acls": acls, "client_quotas": quotas, "scram": scram,
+            "delegation_tokens": tokens}
 
 
 cdef dict finish_tables(Ctx *x, dict tables):
@@ -1705,4 +1781,14 @@ cdef dict finish_tables(Ctx *x, dict tables):
         sc[prefix + "_offsets"] += at
         at += used
     sc["scram_blob"] = b"".join(parts)
+    dt = tables["delegation_tokens"]
+    dt["renewer_offsets"] = dt["renewer_offsets"][:x.dt_renewers + 1]
+    at = 0
+    parts = []
+    for prefix, used in (("owner", x.dt_owner.used), ("requester", x.dt_requester.used),
+                         ("token_id", x.dt_token_id.used), ("renewer", x.dt_renewer.used)):
+        parts.append(dt.pop("_" + prefix + "_buf")[:used].tobytes())
+        dt[prefix + "_offsets"] += at
+        at += used
+    dt["token_blob"] = b"".join(parts)
     return tables

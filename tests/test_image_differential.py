@@ -273,7 +273,8 @@ def token(draw, m: Model) -> list[tuple]:
         return [("RemoveDelegationTokenRecord", 0, {"TokenId": m.tokens.pop(draw(st.integers(0, len(m.tokens) - 1)))})]
     token_id = draw(st.sampled_from(["t1", "t2", "t3"]))
     m.tokens.append(token_id)
-    return [("DelegationTokenRecord", 0, {"Owner": "User:u", "Requester": "User:u", "Renewers": ["User:v"],
+    return [("DelegationTokenRecord", 0, {"Owner": "User:u", "Requester": "User:u",
+                                          "Renewers": draw(st.lists(st.sampled_from(["User:v", "User:w"]), max_size=2)),
                                           "IssueTimestamp": 1, "MaxTimestamp": 9, "ExpirationTimestamp": draw(st.integers(2, 8)),
                                           "TokenId": token_id})]
 

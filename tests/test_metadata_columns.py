@@ -38,7 +38,8 @@ HOT = {("TopicRecord", 0): "topics", ("RemoveTopicRecord", 0): "remove_topics",
        ("FenceBrokerRecord", 0): "fence", ("UnfenceBrokerRecord", 0): "fence",
        ("ProducerIdsRecord", 0): "producer_ids", ("AccessControlEntryRecord", 0): "acls",
        ("RemoveAccessControlEntryRecord", 0): "acls", ("ClientQuotaRecord", 0): "client_quotas",
-       ("UserScramCredentialRecord", 0): "scram", ("RemoveUserScramCredentialRecord", 0): "scram"}
+       ("UserScramCredentialRecord", 0): "scram", ("RemoveUserScramCredentialRecord", 0): "scram",
+       ("DelegationTokenRecord", 0): "delegation_tokens", ("RemoveDelegationTokenRecord", 0): "delegation_tokens"}
 HOT.update({("PartitionRecord", v): "partitions" for v in range(3)})
 HOT.update({("PartitionChangeRecord", v): "partition_changes" for v in range(3)})
 HOT.update({("BrokerRegistrationChangeRecord", v): "broker_changes" for v in range(3)})
@@ -163,6 +164,16 @@ def scram(draw):
 
 
 @st.composite
+def token(draw):
+    if draw(st.booleans()):
+        return "RemoveDelegationTokenRecord", 0, _with_tags({"TokenId": draw(text)}, draw(unknown_tags))
+    d = {"Owner": draw(text), "Requester": draw(text), "Renewers": draw(st.lists(text, max_size=3)),
+         "IssueTimestamp": draw(i64), "MaxTimestamp": draw(i64), "ExpirationTimestamp": draw(i64),
+         "TokenId": draw(text)}
+    return "DelegationTokenRecord", 0, _with_tags(d, draw(unknown_tags))
+
+
+@st.composite
 def remove_topic(draw):
     return "RemoveTopicRecord", 0, _with_tags({"TopicId": draw(uuids)}, draw(unknown_tags))
 
@@ -198,7 +209,7 @@ def register_broker(draw):
 
 @st.composite
 def other_known(draw):
-    name = draw(st.sampled_from(["NoOpRecord", "UnregisterBrokerRecord", "RegisterControllerRecord", "DelegationTokenRecord"]))
+    name = draw(st.sampled_from(["NoOpRecord", "UnregisterBrokerRecord", "RegisterControllerRecord", "ZkMigrationStateRecord"]))
     return name, 0, {}
 
 
@@ -218,7 +229,7 @@ def _encode(spec) -> bytes:
 
 
 records = st.one_of(topic(), partition(), partition(), partition_change(), config(), feature(), fence(),
-                    remove_topic(), broker_change(), register_broker(), producer_ids(), acl(), client_quota(), scram(), other_known(),
+                    remove_topic(), broker_change(), register_broker(), producer_ids(), acl(), client_quota(), scram(), token(), other_known(),
                     unknown_frame())
 
 
@@ -484,10 +495,25 @@ def check_scram(t, row, d, rec, canonical=True):
     assert t.extras[row] == bool(d.get(UNKNOWN_TAGS))
 
 
+def check_token(t, row, d, rec, canonical=True):
+    removed = rec.record_type == "RemoveDelegationTokenRecord"
+    blob = t.token_blob
+    assert _string(blob, t.token_id_offsets, row) == d["TokenId"] and t.removed[row] == removed
+    first = int(t.renewer_end[row - 1]) if row else 0
+    got = {"Owner": _string(blob, t.owner_offsets, row), "Requester": _string(blob, t.requester_offsets, row),
+           "Renewers": [_string(blob, t.renewer_offsets, r) for r in range(first, int(t.renewer_end[row]))],
+           "IssueTimestamp": t.issue_timestamp_ms[row], "MaxTimestamp": t.max_timestamp_ms[row],
+           "ExpirationTimestamp": t.expiration_timestamp_ms[row]}
+    empty = {"Owner": "", "Requester": "", "Renewers": [], "IssueTimestamp": 0, "MaxTimestamp": 0,
+             "ExpirationTimestamp": 0}
+    assert got == (empty if removed else {k: d[k] for k in empty})
+    assert t.extras[row] == bool(d.get(UNKNOWN_TAGS))
+
+
 CHECKS = {"topics": check_topic, "partitions": check_partition, "partition_changes": check_change,
           "remove_topics": check_remove, "configs": check_config, "features": check_feature,
           "fence": check_fence, "broker_changes": check_broker_change, "broker_registrations": check_registration,
-          "producer_ids": check_producer_ids, "acls": check_acl, "client_quotas": check_quota, "scram": check_scram}
+          "producer_ids": check_producer_ids, "acls": check_acl, "client_quotas": check_quota, "scram": check_scram, "delegation_tokens": check_token}
 
 
 # ---- tests -----------------------------------------------------------------------------------------
@@ -537,7 +563,7 @@ def test_native_twin_and_generic_codec_agree(region_values_headers):
 
 KINDS = {"topic": topic(), "partition": partition(), "partition_change": partition_change(), "config": config(),
          "feature": feature(), "fence": fence(), "remove_topic": remove_topic(), "broker_change": broker_change(),
-         "register_broker": register_broker(), "producer_ids": producer_ids(), "acl": acl(), "client_quota": client_quota(), "scram": scram(), "other": st.one_of(other_known(), unknown_frame())}
+         "register_broker": register_broker(), "producer_ids": producer_ids(), "acl": acl(), "client_quota": client_quota(), "scram": scram(), "token": token(), "other": st.one_of(other_known(), unknown_frame())}
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
@@ -591,7 +617,7 @@ def mutated_value(draw):
     """A valid value of a hot kind with a few bytes changed, inserted or removed."""
     value = bytearray(_encode(draw(st.one_of(topic(), partition(), partition_change(), config(), feature(), fence(),
                                              remove_topic(), broker_change(), register_broker(), producer_ids(), acl(),
-                                             client_quota(), scram()))))
+                                             client_quota(), scram(), token()))))
     for _ in range(draw(st.integers(1, 3))):
         op = draw(st.integers(0, 2))
         pos = draw(st.integers(0, len(value)))

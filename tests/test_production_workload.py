@@ -153,14 +153,14 @@ COLUMN_REPLAYED = {"NoOpRecord", "TopicRecord", "PartitionRecord", "PartitionCha
                    "BrokerRegistrationChangeRecord", "ProducerIdsRecord", "ConfigRecord", "RemoveTopicRecord",
                    "FeatureLevelRecord", "AccessControlEntryRecord",
                    "RemoveAccessControlEntryRecord", "ClientQuotaRecord",
-                   "UserScramCredentialRecord"}
+                   "UserScramCredentialRecord", "DelegationTokenRecord", "RemoveDelegationTokenRecord"}
 
 
 def test_noops_and_broker_records_neither_decode_one_by_one_nor_cut_partition_change_runs(generated):
     """NoOps are counted, never decoded; creates, partition changes (short events too), broker
-    changes, producer ids, configs, topic deletes, feature levels, ACLs, client quotas and SCRAM credentials replay from the decoded
+    changes, producer ids, configs, topic deletes, feature levels, ACLs, client quotas, SCRAM credentials and delegation tokens replay from the decoded
     columns: none of them reaches the generic codec, which keeps only the few records the columns
-    do not carry (registrations, tokens)."""
+    do not carry (registrations)."""
     base, tail, facts = generated
     loader = Loader()
     loader.replay(base)

@@ -69,6 +69,10 @@ def odd_cases() -> list[tuple[bytes, bool]]:
         (codec.encode_record("UserScramCredentialRecord", 0, {
             "Name": "alice", "Mechanism": 1, "Salt": b"s", "StoredKey": b"k", "ServerKey": b"v", "Iterations": 4096}), True),
         (codec.encode_record("RemoveUserScramCredentialRecord", 0, {"Name": "alice", "Mechanism": 1}), True),
+        (codec.encode_record("DelegationTokenRecord", 0, {
+            "Owner": "User:a", "Requester": "User:a", "Renewers": ["User:b"], "IssueTimestamp": 1, "MaxTimestamp": 3,
+            "ExpirationTimestamp": 2, "TokenId": "t1"}), True),
+        (codec.encode_record("RemoveDelegationTokenRecord", 0, {"TokenId": "t1"}), True),
         (codec.encode_record("BrokerRegistrationChangeRecord", 1, {"BrokerId": 1, "BrokerEpoch": 101,
                                                                    "Fenced": -1}), False),
         (codec.encode_record("ConfigRecord", 0, {"ResourceType": 4, "ResourceName": "", "Name": "x",

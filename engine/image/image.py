@@ -446,11 +446,20 @@ class MetadataDelta:
             self.changed.add("scram")
 
     def _token(self, d, topic_epoch):
-        if self.delegation_tokens.put(d["TokenId"], _freeze(dict(d))):
+        self.replay_token(dict(d))
+
+    def replay_token(self, fields: dict[str, Any]) -> None:
+        """A DelegationTokenRecord given by its fields (Owner, Requester, Renewers, IssueTimestamp,
+        MaxTimestamp, ExpirationTimestamp, TokenId): the image keeps them all, keyed by TokenId."""
+        if self.delegation_tokens.put(fields["TokenId"], _freeze(fields)):
             self.changed.add("delegation_tokens")
 
     def _remove_token(self, d, topic_epoch):
-        if self.delegation_tokens.remove(d["TokenId"]):
+        self.replay_remove_token(d["TokenId"])
+
+    def replay_remove_token(self, token_id: str) -> None:
+        """A RemoveDelegationTokenRecord given by its field."""
+        if self.delegation_tokens.remove(token_id):
             self.changed.add("delegation_tokens")
 
     def _zk_migration(self, d, topic_epoch):

@@ -17,8 +17,8 @@ records, not necessarily the lowest offset.)
 A record replayed on its own (the side stream, configs, topic deletes, runs too short for bulk)
 comes from its row of the decoded columns when they hold it whole (``_COLUMN_REPLAY``: topics,
 partitions, partition changes, broker changes, fences, producer ids, configs, topic deletes,
-feature levels, client quotas, ACLs and SCRAM credentials with their removals), else from the
-generic codec.
+feature levels, client quotas, ACLs, SCRAM credentials and delegation tokens with their
+removals), else from the generic codec.
 
 Runs: the topic stream is applied strictly in log order, but consecutive records of one shape go
 in one vectorised step: a run of TopicRecords + PartitionRecords (what CreateTopics and snapshots write)
@@ -78,7 +78,7 @@ API_BEGIN_TXN, API_END_TXN, API_ABORT_TXN = 23, 24, 25
 API_CONFIG, API_REMOVE_TOPIC, API_NOOP, API_BROKER_CHANGE = 4, 9, 20, 17
 API_FENCE, API_UNFENCE, API_FEATURE, API_PRODUCER_IDS = 7, 8, 12, 15
 API_ACL, API_REMOVE_ACL, API_CLIENT_QUOTA = 18, 19, 14
-API_SCRAM, API_REMOVE_SCRAM = 11, 22
+API_SCRAM, API_REMOVE_SCRAM, API_TOKEN, API_REMOVE_TOKEN = 11, 22, 10, 26
 # the decoder's broker_changes.fenced (-1 none, 0 unfence, 1 fence) as Kafka's fencing change enum
 _FENCING_OF_COLUMN = {-1: FENCING_NONE, 0: FENCING_UNFENCE, 1: FENCING_FENCE}
 # Which stream each apiKey goes to (apply_columns). NO_STATE: changes nothing (the transaction
@@ -569,6 +569,22 @@ class _Context:
 
     scram.table = "scram"
 
+    def token(self, dt, row: int) -> None:
+        """A DelegationTokenRecord, or (removed) a RemoveDelegationTokenRecord."""
+        blob = dt.token_blob
+        token_id = _blob_text(blob, dt.token_id_offsets, row)
+        if bool(dt.removed[row]):
+            self.delta.replay_remove_token(token_id)
+            return
+        first = int(dt.renewer_end[row - 1]) if row else 0
+        self.delta.replay_token({
+            "Owner": _blob_text(blob, dt.owner_offsets, row), "Requester": _blob_text(blob, dt.requester_offsets, row),
+            "Renewers": [_blob_text(blob, dt.renewer_offsets, r) for r in range(first, int(dt.renewer_end[row]))],
+            "IssueTimestamp": int(dt.issue_timestamp_ms[row]), "MaxTimestamp": int(dt.max_timestamp_ms[row]),
+            "ExpirationTimestamp": int(dt.expiration_timestamp_ms[row]), "TokenId": token_id})
+
+    token.table = "delegation_tokens"
+
     def fail(self, offset: int, record_type: str, exc: Exception) -> None:
         if not self.skip_errors:
             raise MetadataLoadError(str(exc), offset=offset, record_type=record_type, path=self.path) from exc
@@ -685,7 +701,8 @@ _COLUMN_REPLAY = {API_BROKER_CHANGE: _Context.broker_change, API_CONFIG: _Contex
                   API_PRODUCER_IDS: _Context.producer_ids, API_TOPIC: _Context.topic,
                   API_PARTITION: _Context.partition, API_PARTITION_CHANGE: _Context.partition_change,
                   API_ACL: _Context.acl, API_REMOVE_ACL: _Context.acl, API_CLIENT_QUOTA: _Context.client_quota,
-                  API_SCRAM: _Context.scram, API_REMOVE_SCRAM: _Context.scram}
+                  API_SCRAM: _Context.scram, API_REMOVE_SCRAM: _Context.scram,
+                  API_TOKEN: _Context.token, API_REMOVE_TOKEN: _Context.token}
 
 
 def _blob_text(blob: bytes, offsets: np.ndarray, row: int) -> str:

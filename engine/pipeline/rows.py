@@ -378,7 +378,8 @@ def to_record_batch(cols: MetadataColumns, batches: np.ndarray, cluster: str, *,
     }
     generic = _hot_columns(cols, c, out_row)
     generic.extend(_table_rows(cols.other, out_row))
-    for loader_only in (cols.producer_ids, cols.acls, cols.client_quotas, cols.scram):  # tables for the loader; rows take the codec's
+    for loader_only in (cols.producer_ids, cols.acls, cols.client_quotas, cols.scram,
+                        cols.delegation_tokens):  # tables for the loader; rows take the codec's
         generic.extend(_table_rows(loader_only, out_row))
     if generic:
         _generic_rows(cols, c, sorted(set(generic)), out_row)

@@ -12,6 +12,7 @@ hold, at the versions named, are
     RegisterBrokerRecord v0-3 (broker_registrations)
     ProducerIdsRecord v0 (producer_ids)   (Remove)AccessControlEntryRecord v0 (acls)
     ClientQuotaRecord v0 (client_quotas)  (Remove)UserScramCredentialRecord v0 (scram)
+    (Remove)DelegationTokenRecord v0 (delegation_tokens)
 
 Every other record (another apiKey, or an unknown version of these) is listed in ``other``: the
 image decodes those few with the generic codec (metadata.decode_record) from value_pos/value_len.
@@ -124,12 +125,16 @@ class MetadataColumns:
         scram: record_index, removed bool (a RemoveUserScramCredentialRecord: name and mechanism
             only), mechanism int8, iterations int32, name_offsets / salt_offsets /
             stored_key_offsets / server_key_offsets into scram_blob (the keys are bytes, not text)
+        delegation_tokens: record_index, removed bool (a RemoveDelegationTokenRecord: token id only),
+            issue_timestamp_ms / max_timestamp_ms / expiration_timestamp_ms int64, owner_offsets /
+            requester_offsets / token_id_offsets into token_blob, renewer_end int64 (like
+            client_quotas.entity_end, into the flat renewer list: renewer_offsets into token_blob)
         other: record_index
     """
 
     TABLES = ("topics", "partitions", "partition_changes", "remove_topics", "configs", "features",
               "fence", "broker_changes", "broker_registrations", "producer_ids",
-              "acls", "client_quotas", "scram", "other")
+              "acls", "client_quotas", "scram", "delegation_tokens", "other")
 
     def __init__(self, decoded: dict, data, batches: np.ndarray, source=None):
         for name in ("offsets", "api_keys", "versions", "kind_rows", "value_pos", "value_len"):

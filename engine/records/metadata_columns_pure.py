@@ -45,7 +45,7 @@ _U64 = (1 << 64) - 1
 S_START, S_END, S_BASE_OFFSET, S_RECORD_COUNT, S_CONTROL = range(5)
 
 K_OTHER, K_TOPIC, K_PARTITION, K_CHANGE, K_REMOVE, K_CONFIG, K_FEATURE, K_FENCE, K_BROKER_CHANGE, \
-    K_REGISTER, K_PRODUCER_IDS, K_ACL, K_QUOTA, K_SCRAM, K_COUNT = range(15)
+    K_REGISTER, K_PRODUCER_IDS, K_ACL, K_QUOTA, K_SCRAM, K_TOKEN, K_COUNT = range(16)
 
 _I8 = struct.Struct(">b")
 _F64 = struct.Struct(">d")
@@ -221,6 +221,8 @@ def _kind_of(api_key: int, version: int) -> int:
         return K_QUOTA if version == 0 else K_OTHER
     if api_key in (11, 22):
         return K_SCRAM if version == 0 else K_OTHER
+    if api_key in (10, 26):
+        return K_TOKEN if version == 0 else K_OTHER
     return K_OTHER
 
 
@@ -350,6 +352,9 @@ class _Tables:
         self.entities = {"entity_type": [], "entity_name": [], "entity_name_null": []}
         self.scram = {k: [] for k in ("record_index", "removed", "name", "mechanism", "salt", "stored_key",
                                       "server_key", "iterations", "extras")}
+        self.tokens = {k: [] for k in ("record_index", "removed", "owner", "requester", "token_id", "renewer_end",
+                                       "issue_timestamp_ms", "max_timestamp_ms", "expiration_timestamp_ms", "extras")}
+        self.renewers = []
         # widths as the native pass 1 sizes them: the longest list any occurrence carried
         self.widths = {"p_rep": 1, "p_isr": 1, "c_rep": 1, "c_isr": 1}
 
@@ -591,6 +596,34 @@ def _body_scram(t, buf, p, end, removed, i):
     return p
 
 
+def _text(buf, p, end, field):
+    n, at, p = _string(buf, p, end, False, field)
+    return bytes(buf[at:at + n]), p
+
+
+def _body_token(t, buf, p, end, removed, i):
+    """DelegationTokenRecord v0 or (removed: TokenId only) RemoveDelegationTokenRecord v0."""
+    row = {"record_index": i, "removed": removed, "owner": b"", "requester": b"", "issue_timestamp_ms": 0,
+           "max_timestamp_ms": 0, "expiration_timestamp_ms": 0}
+    if not removed:
+        row["owner"], p = _text(buf, p, end, "Owner")
+        row["requester"], p = _text(buf, p, end, "Requester")
+        count, p, _ = _array(buf, p, end, 0, False, "Renewers")
+        for _ in range(count):
+            renewer, p = _text(buf, p, end, "Renewers")
+            t.renewers.append(renewer)
+        for key, field in (("issue_timestamp_ms", "IssueTimestamp"), ("max_timestamp_ms", "MaxTimestamp"),
+                           ("expiration_timestamp_ms", "ExpirationTimestamp")):
+            row[key], p = _fixed(_I64, buf, p, end, field)
+    row["renewer_end"] = len(t.renewers)
+    row["token_id"], p = _text(buf, p, end, "TokenId")
+    count, p = _skip_tags(buf, p, end)
+    row["extras"] = count > 0
+    for key, v in row.items():
+        t.tokens[key].append(v)
+    return p
+
+
 _FENCING = {1: 1, -1: 0, 0: -1}  # Fenced on the wire -> column (-1 none, 0 unfence, 1 fence)
 
 
@@ -753,6 +786,8 @@ def decode_sections(data, sections, path=None):
                 p = _body_acl(t, view, p, end, api_key == 19, i)
             elif kind == K_SCRAM:
                 p = _body_scram(t, view, p, end, api_key == 22, i)
+            elif kind == K_TOKEN:
+                p = _body_token(t, view, p, end, api_key == 26, i)
             else:
                 p = _BODIES[kind](t, view, p, end, version, i)
             if p != end:
@@ -832,6 +867,18 @@ def _finish(t: _Tables) -> dict:
         scram[prefix + "_offsets"] = offsets + at
         at += len(blob)
     scram["scram_blob"] = b"".join(b"".join(sc[prefix]) for prefix in ("name", "salt", "stored_key", "server_key"))
+    dt = t.tokens
+    tokens = {"record_index": np.array(dt["record_index"], np.int32), "removed": _flags(dt["removed"]),
+              "renewer_end": np.array(dt["renewer_end"], np.int64), "extras": _flags(dt["extras"]),
+              **{k: np.array(dt[k], np.int64) for k in ("issue_timestamp_ms", "max_timestamp_ms",
+                                                        "expiration_timestamp_ms")}}
+    strings = {"owner": dt["owner"], "requester": dt["requester"], "token_id": dt["token_id"], "renewer": t.renewers}
+    at = 0
+    for prefix, rows in strings.items():
+        offsets, blob = _blob(rows)
+        tokens[prefix + "_offsets"] = offsets + at
+        at += len(blob)
+    tokens["token_blob"] = b"".join(b"".join(rows) for rows in strings.values())
     return {
         "other": {"record_index": np.array(t.other, np.int32)},
         "topics": {"record_index": np.array(topics["record_index"], np.int32), "topic_id": _ids(topics["topic_id"]),
@@ -899,4 +946,5 @@ def _finish(t: _Tables) -> dict:
             "entity_type_offsets": et_off, "entity_name_offsets": en_off + len(et_blob),
             "entity_name_null": _flags(qe["entity_name_null"]), "entity_blob": et_blob + en_blob},
         "scram": scram,
+        "delegation_tokens": tokens,
     }
