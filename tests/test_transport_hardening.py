@@ -614,8 +614,8 @@ BAD_INPUTS = {
     # hundreds of GB and abort the process; the length guard refuses it first
     "metadata huge array": (_raw_request(3, 12, b"\xb1\x9b\xbf\xadu)P=\xdf\x90QU\x9e"),
                             "malformed request (API 3 v12): array of"),
-    # Produce v10 skips the guard when hot_codec reads it; this shape (a huge topic array after
-    # a null transactional id, acks and timeout) is not hot_codec's, so the guard must see it
+    # the metadata node refuses a Produce by reading it with kio: a huge topic array (after a null
+    # transactional id, acks and timeout) must meet the guard first, or kio aborts the process
     "produce huge array": (_raw_request(0, 10, b"\x00\xff\xff\x00\x00\x03\xe8\xb1\x9b\xbf\xadu)P=\xdf\x90QU\x9e"),
                            "malformed request (API 0 v10): array of"),
 }
