@@ -484,3 +484,68 @@ def test_a_pass_ends_after_a_piece_of_a_backlog(monkeypatch):
                 driver._timer.cancel()
 
     asyncio.run(scenario())
+
+
+def test_a_read_s_messages_are_acted_on_at_the_read_s_end():
+    """Wake-ups: every message of one transport read is stepped before one poll, run at the read's
+    end (on_read_done) without waiting for another loop iteration when no other callback of this
+    iteration is queued; when one is (it may bring more messages), the poll waits for the next
+    iteration and takes that callback's messages too (group commit). A Produce waits alike."""
+    from kraftlog.raft.aio.driver import RaftDriver
+    from kraftlog.raft.ready import Ready
+
+    class Core:
+        node_id, role, epoch, leader_id, high_watermark = 1, Role.LEADER, 1, 1, 0
+
+        def __init__(self):
+            self.steps, self.polls_at, self.appended = [], [], []
+
+        def step(self, env):
+            self.steps.append(env)
+
+        def append(self, records):
+            self.appended.append(list(records))
+            return len(self.appended) - 1
+
+        def poll(self):
+            self.polls_at.append((len(self.steps), len(self.appended)))
+            return Ready(None, False, (), (), 10**12)
+
+    class Channel:
+        on_envelope = on_produce = on_read_done = None
+
+        def send(self, envelope):
+            raise AssertionError("nothing to send")
+
+    async def scenario():
+        core, channel = Core(), Channel()
+        driver = RaftDriver(core, log=None, quorum_store=None, snapshots=None, listener=None, channel=channel)
+        driver.start()
+        await asyncio.sleep(0)  # start's own wake-up
+        core.polls_at.clear()
+        # one read, two messages: nothing polled until the read ends, then one poll at once
+        channel.on_envelope("a")
+        channel.on_envelope("b")
+        assert core.polls_at == []
+        channel.on_read_done()
+        assert core.polls_at == [(2, 0)]
+        # another callback queued in this iteration: the poll waits for it (and its message)
+        loop = asyncio.get_running_loop()
+        loop.call_soon(channel.on_envelope, "c")
+        channel.on_envelope("d")
+        channel.on_read_done()
+        assert core.polls_at == [(2, 0)]
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert core.polls_at == [(2, 0), (4, 0)]
+        # a Produce is appended at its read's end, in the same way
+        channel.on_produce([b"v"], lambda *answer: None)
+        assert core.appended == []
+        channel.on_read_done()
+        assert core.appended == [[b"v"]] and core.polls_at[-1] == (4, 1)
+        # a read that brought nothing polls nothing
+        channel.on_read_done()
+        assert len(core.polls_at) == 3
+        await driver.stop(resign=False)
+
+    asyncio.run(scenario())

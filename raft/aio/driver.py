@@ -3,7 +3,7 @@ the TCP transport, exactly the way the simulator (tests/raft_sim/cluster.py) dri
 
     inbound message  -> core.step(envelope), then a poll is scheduled (coalesced: every message
                         that arrived in one loop iteration is stepped before one poll, so one
-                        fsync covers them all: group commit)
+                        fsync covers them all: group commit; see "wake-ups" below)
     poll             -> ready = core.poll(); act on it (persist -> send -> apply, raft/ready.py);
                         repeat while the Ready is not empty (at most ``polls_per_run_max``), then
                         arm one timer at ``ready.next_poll_ms``
@@ -15,6 +15,13 @@ the TCP transport, exactly the way the simulator (tests/raft_sim/cluster.py) dri
                         high watermark pass it, before that Ready's messages leave: the commit's
                         answer is the one message on the client's critical path, while the
                         Fetch answers carrying the new high watermark are not
+
+Wake-ups. A transport with ``on_read_done`` (RaftTransport) says when the frames of one socket
+read have all been handed over; the pass they ask for then runs right there if no other callback
+of this loop iteration is queued (asyncio's ready queue is empty, so nothing else could join the
+group commit before the next select), else in the next iteration as any other wake-up does. A
+sequential commit thus costs each follower one loop iteration instead of two, and the leader two
+fewer: a select and a callback less on every hop of the commit's path.
 
 Every Ready is acted on by raft/ready.py's ``execute_ready`` (the one executor the simulator and
 the unit harness use too): persist -> send -> apply, the leader's Fetch responses before the
@@ -142,10 +149,16 @@ class RaftDriver:
         self.polls = 0
         self.failure: BaseException | None = None  # why the driver stopped on a fault (see the docstring)
         self.on_fatal: Callable[[BaseException], None] | None = None
+        # the pass a transport's read asks for runs at the read's end (_read_done), when the
+        # transport promises to say when that is (see "wake-ups" in the module docstring)
+        self._read_end_run = False
+        in_read = hasattr(channel, "on_read_done")
+        if in_read:
+            channel.on_read_done = self._read_done
         if hasattr(channel, "on_envelope"):
-            channel.on_envelope = self.on_envelope
+            channel.on_envelope = self._on_read_envelope if in_read else self.on_envelope
         if hasattr(channel, "on_produce"):
-            channel.on_produce = self.on_produce
+            channel.on_produce = self._on_read_produce if in_read else self.on_produce
         self._receiving: Callable[[], bool] = getattr(channel, "receiving_response", lambda: False)
 
     # ---- lifecycle --------------------------------------------------------------------------
@@ -181,8 +194,18 @@ class RaftDriver:
 
 
     def on_envelope(self, env: Envelope) -> None:
+        if self._step(env):
+            self._wake()
+
+    def _on_read_envelope(self, env: Envelope) -> None:
+        """on_envelope for a transport's read: the pass waits for the read's end (_read_done)."""
+        if self._step(env):
+            self._wake_at_read_end()
+
+    def _step(self, env: Envelope) -> bool:
+        """Step ``env``; False when the driver is (or just got) stopped."""
         if self._stopped:
-            return
+            return False
         try:
             self.core.step(env)
         except Exception as exc:
@@ -191,10 +214,10 @@ class RaftDriver:
                 raise  # the transport closes that connection (one ERROR line)
             if fault is StepFault.STOP:
                 self._die(exc)
-                return
+                return False
             log.warning("node %d: cannot append what the leader sent (%s); fetching again until space returns",
                         self.core.node_id, exc)
-        self._wake()
+        return True
 
     def propose(self, values: Sequence[bytes]) -> asyncio.Future:
         """Queue ``values`` for the log; the future gives (base offset, last offset) once they are
@@ -203,7 +226,7 @@ class RaftDriver:
         self._enqueue(values, _future_resolver(future))
         return future
 
-    def on_produce(self, values, reply) -> None:
+    def on_produce(self, values, reply, *, in_read: bool = False) -> None:
         """The client API (a Produce request from the transport): answered from the pass that
         sees it committed (no future, no extra loop iteration: see the module docstring)."""
         core = self.core
@@ -218,11 +241,14 @@ class RaftDriver:
                 reply(Errors.NOT_LEADER_OR_FOLLOWER, -1, core.leader_id, core.epoch)
 
         try:
-            self._enqueue(values, resolve)
+            self._enqueue(values, resolve, in_read=in_read)
         except NotLeaderError:
             reply(Errors.NOT_LEADER_OR_FOLLOWER, -1, core.leader_id, core.epoch)
 
-    def _enqueue(self, values: Sequence[bytes], resolve: Resolver) -> None:
+    def _on_read_produce(self, values, reply) -> None:
+        self.on_produce(values, reply, in_read=True)
+
+    def _enqueue(self, values: Sequence[bytes], resolve: Resolver, *, in_read: bool = False) -> None:
         core = self.core
         if core.role is not Role.LEADER or self._stopped:
             raise NotLeaderError(core.node_id, core.epoch, core.leader_id)
@@ -237,7 +263,10 @@ class RaftDriver:
         if self._queued_records >= cfg.max_batch_records or self._queued_bytes >= cfg.max_batch_bytes \
                 or cfg.linger_ms <= 0:
             self._linger_due = True
-            self._wake()
+            if in_read:
+                self._wake_at_read_end()
+            else:
+                self._wake()
         elif self._linger is None:
             self._linger = self._loop.call_later(cfg.linger_ms / 1000, self._linger_fired)
 
@@ -252,6 +281,22 @@ class RaftDriver:
         if not self._scheduled and not self._stopped:
             self._scheduled = True
             self._loop.call_soon(self._run)
+
+    def _wake_at_read_end(self) -> None:
+        if not self._scheduled and not self._stopped:
+            self._scheduled = True
+            self._read_end_run = True
+
+    def _read_done(self) -> None:
+        """The transport's read ended: its messages' pass runs now, or in the next loop iteration
+        when other callbacks of this one may still bring messages ("wake-ups", module docstring)."""
+        if not self._read_end_run:
+            return
+        self._read_end_run = False
+        if getattr(self._loop, "_ready", True):  # not CPython's loop (no _ready): always the next iteration
+            self._loop.call_soon(self._run)
+        else:
+            self._run()
 
     def _timer_fired(self) -> None:
         self._timer = None

@@ -114,10 +114,13 @@ class FrameConnection(asyncio.BufferedProtocol):
     READ_BUFFER_BYTES = 64 * 1024
 
     def __init__(self, label: str, max_frame_bytes: int, on_frame: Callable, on_lost: Callable | None = None,
-                 on_reject: Callable | None = None, *, lend_large_frames: bool = False):
+                 on_reject: Callable | None = None, *, lend_large_frames: bool = False,
+                 on_read_done: Callable[[], None] | None = None):
         self.label = label
         self.max_frame_bytes = max_frame_bytes
         self.on_frame = on_frame
+        # called once after the frames of each read were handed to on_frame (RaftTransport.on_read_done)
+        self.on_read_done = on_read_done
         # A frame that fills a buffer of its own (larger than READ_BUFFER_BYTES) is handed over as a
         # read-only view of that buffer, which this connection then drops and never writes again,
         # instead of a copy (a follower's 8 MiB Fetch answer: ~2.5 ms). Only for handlers that take
@@ -147,6 +150,8 @@ class FrameConnection(asyncio.BufferedProtocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self._end > self._start and not self.closed:
             self._cut_frames()
+            if self.on_read_done is not None:
+                self.on_read_done()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._end == len(self._buf):
@@ -171,7 +176,9 @@ class FrameConnection(asyncio.BufferedProtocol):
             return
         self._end += nbytes
         if self.transport is not None:
-            self._cut_frames()
+            self._cut_frames()  # never raises: a bad frame closes the connection
+            if self.on_read_done is not None:
+                self.on_read_done()
 
     def data_received(self, data: bytes) -> None:
         """Bytes handed in rather than read into get_buffer (tests; the same path)."""
@@ -331,7 +338,8 @@ class _PeerLink:
         cfg, owner = self.owner.config, self.owner
         loop = asyncio.get_running_loop()
         timeout_s = cfg.connect_timeout_ms / 1000
-        conn = FrameConnection(label, cfg.max_frame_bytes, self._on_frame, self._on_lost, lend_large_frames=True)
+        conn = FrameConnection(label, cfg.max_frame_bytes, self._on_frame, self._on_lost, lend_large_frames=True,
+                               on_read_done=owner.read_done)
         if owner.client_ssl is None:
             await asyncio.wait_for(loop.create_connection(lambda: conn, *self.address), timeout_s)
             return conn
@@ -396,6 +404,10 @@ class RaftTransport:
         self.voter_addresses = dict(peers)  # DescribeQuorum v2's Nodes
         self.on_envelope: Callable[[Envelope], None] = lambda env: None
         self.on_produce: Callable | None = None
+        # called once after each socket read whose frames were handed to on_envelope / on_produce
+        # (every call of those two happens inside such a read): a driver may act on all of a
+        # read's messages at once, there and then (raft/aio/driver.py, "wake-ups")
+        self.on_read_done: Callable[[], None] | None = None
         self.client_id = f"kraftlog-raft-{node_id}"
         self._server: asyncio.base_events.Server | None = None
         self._extra_servers: list[asyncio.base_events.Server] = []
@@ -442,7 +454,7 @@ class RaftTransport:
 
     def _new_inbound(self, listener: str | None = None) -> FrameConnection:
         conn = FrameConnection("inbound", self.config.max_frame_bytes, self._on_guarded_request,
-                               self._on_inbound_lost, self._on_rejected)
+                               self._on_inbound_lost, self._on_rejected, on_read_done=self.read_done)
         conn.listener = listener
         self._connections.add(conn)
         return conn
@@ -578,6 +590,11 @@ class RaftTransport:
             return body
         return dataclasses.replace(body, nodes=tuple((n, host, port) for n, (host, port)
                                                      in sorted(self.voter_addresses.items())))
+
+    def read_done(self) -> None:
+        """FrameConnection's hook after each read: passed on to ``on_read_done``."""
+        if self.on_read_done is not None:
+            self.on_read_done()
 
     def receiving_response(self) -> bool:
         """Whether an answer from a peer is partly read (a Fetch answer of megabytes comes in
