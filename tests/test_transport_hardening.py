@@ -352,6 +352,37 @@ def test_trailing_bytes_are_counted_and_logged_at_debug(caplog):
     assert [r.levelno for r in caplog.records if "4 bytes after the body of API 18" in r.getMessage()] == [logging.DEBUG]
 
 
+def test_a_produce_hot_codec_reads_skips_the_kio_guard_and_any_other_is_guarded(monkeypatch):
+    """The kio length guard walks only frames kio will read: a Produce v10 in hot_codec's shape is
+    read by hot_codec (which checks its own lengths) and not walked; one it leaves to kio (here
+    with trailing bytes) is walked before kio reads it; and a subclass that reads requests its own
+    way (NodeTransport refuses Produce after reading it with kio) gets every Produce walked first."""
+    from kraftlog.engine.records import batch as batch_codec
+    from kraftlog.raft import hot_codec
+    from kraftlog.raft.aio import transport as transport_module
+
+    walked = []
+    guard = transport_module.check_request_lengths
+    monkeypatch.setattr(transport_module, "check_request_lengths", lambda frame: walked.append(1) or guard(frame))
+    frame = hot_codec.encode_produce_request(4, "c", batch_codec.build_batch_from_values([b"v"]), 500)
+
+    taken: list = []  # what reached the handler
+
+    class Refusing(RaftTransport):
+        def _on_request(self, conn, frame):
+            taken.append("refused")
+
+    for transport_type, data, want in ((RaftTransport, frame, 0), (RaftTransport, _with_trailing(frame, b"\0"), 1),
+                                       (Refusing, frame, 1)):
+        server, taken[:], walked[:] = transport_type(1, {}), [], []
+        server.on_produce = lambda values, reply: taken.append(values)
+        conn = server._new_inbound()
+        conn.transport = type("Sink", (), {"write": lambda self, data: None})()
+        conn.data_received(data)
+        assert not conn.closed and len(walked) == want, (transport_type, want)
+        assert taken == (["refused"] if transport_type is Refusing else [[b"v"]])
+
+
 # ---- the kio length guard -------------------------------------------------------------------------------
 
 
