@@ -378,8 +378,10 @@ def to_record_batch(cols: MetadataColumns, batches: np.ndarray, cluster: str, *,
     }
     generic = _hot_columns(cols, c, out_row)
     generic.extend(_table_rows(cols.other, out_row))
-    for loader_only in (cols.producer_ids, cols.acls, cols.client_quotas, cols.scram,
-                        cols.delegation_tokens):  # tables for the loader; rows take the codec's
+    # tables for the loader; rows take the codec's (a registration's endpoints, features and log
+    # dirs have no row columns: its json carries them)
+    for loader_only in (cols.broker_registrations, cols.producer_ids, cols.acls, cols.client_quotas, cols.scram,
+                        cols.delegation_tokens):
         generic.extend(_table_rows(loader_only, out_row))
     if generic:
         _generic_rows(cols, c, sorted(set(generic)), out_row)
@@ -502,15 +504,6 @@ def _hot_columns(cols: MetadataColumns, c: _Columns, out_row: np.ndarray | None)
         c.put("fenced", out, pa.array(fenced == 1, pa.bool_(), mask=fenced == -1))
         ics = bc.in_controlled_shutdown[rows]
         c.put("in_controlled_shutdown", out, pa.array(ics == 1, pa.bool_(), mask=ics == -1))
-    b = cols.broker_registrations
-    if len(b):
-        rows, out, extra = _pick(b, out_row)
-        generic += extra
-        c.put("broker_id", out, b.broker_id[rows])
-        c.put("broker_epoch", out, b.broker_epoch[rows])
-        c.put("fenced", out, b.fenced[rows])
-        c.put("in_controlled_shutdown", out, b.in_controlled_shutdown[rows])
-        c.put("rack", out, _rows_of(blob_strings(b.broker_blob, b.rack_offsets, b.rack_null), rows))
     return generic
 
 
