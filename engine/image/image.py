@@ -306,10 +306,15 @@ class MetadataDelta:
             self.changed.add("features")
 
     def _register_broker(self, d, topic_epoch):
-        registration = BrokerRegistration(
+        self.replay_register_broker(BrokerRegistration(
             broker_id=d["BrokerId"], epoch=d["BrokerEpoch"], incarnation_id=d["IncarnationId"],
-            endpoints=_endpoints(d), supported_features=_features(d), rack=d["Rack"], fenced=d["Fenced"], in_controlled_shutdown=d.get("InControlledShutdown", False),
-            is_migrating_zk_broker=d.get("IsMigratingZkBroker", False), log_dirs=tuple(d.get("LogDirs") or ()))
+            endpoints=_endpoints(d), supported_features=_features(d), rack=d["Rack"], fenced=d["Fenced"],
+            in_controlled_shutdown=d.get("InControlledShutdown", False),
+            is_migrating_zk_broker=d.get("IsMigratingZkBroker", False), log_dirs=tuple(d.get("LogDirs") or ())))
+
+    def replay_register_broker(self, registration: BrokerRegistration) -> None:
+        """A RegisterBrokerRecord given as the registration it makes (from the generic codec's
+        fields or the loader's decoded columns): it replaces the broker's earlier one whole."""
         if self.brokers.put(registration.broker_id, registration):
             self.changed.add("cluster")
 

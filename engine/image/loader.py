@@ -16,15 +16,15 @@ records, not necessarily the lowest offset.)
 
 A record replayed on its own (the side stream, configs, topic deletes, runs too short for bulk)
 comes from its row of the decoded columns when they hold it whole (``_COLUMN_REPLAY``: topics,
-partitions, partition changes, broker changes, fences, producer ids, configs, topic deletes,
-feature levels, client quotas, ACLs, SCRAM credentials and delegation tokens with their
-removals), else from the generic codec.
+partitions, partition changes, broker registrations and changes, fences, producer ids, configs,
+topic deletes, feature levels, client quotas, ACLs, SCRAM credentials and delegation tokens with
+their removals), else from the generic codec.
 
 Runs: the topic stream is applied strictly in log order, but consecutive records of one shape go
 in one vectorised step: a run of TopicRecords + PartitionRecords (what CreateTopics and snapshots write)
 through TopicsDelta.bulk_create; a run of PartitionChangeRecords through bulk_change. A record the
 columns do not carry completely (``extras``: ELR, adding/removing replicas, directories of a
-PartitionChangeRecord, broker endpoints) or of a type they do not hold is decoded by the generic
+PartitionChangeRecord, unknown tags) or of a type they do not hold is decoded by the generic
 codec and replayed on its own. PartitionRecord directories ride in the columns.
 
 Transactions (Begin/End/AbortTransactionRecord): records between a Begin and its Abort are
@@ -57,6 +57,8 @@ from kraftlog.engine.image.image import (
     FENCING_FENCE,
     FENCING_NONE,
     FENCING_UNFENCE,
+    BrokerRegistration,
+    Endpoint,
     MetadataDelta,
     MetadataImage,
     Provenance,
@@ -79,6 +81,7 @@ API_CONFIG, API_REMOVE_TOPIC, API_NOOP, API_BROKER_CHANGE = 4, 9, 20, 17
 API_FENCE, API_UNFENCE, API_FEATURE, API_PRODUCER_IDS = 7, 8, 12, 15
 API_ACL, API_REMOVE_ACL, API_CLIENT_QUOTA = 18, 19, 14
 API_SCRAM, API_REMOVE_SCRAM, API_TOKEN, API_REMOVE_TOKEN = 11, 22, 10, 26
+API_REGISTER_BROKER = 0
 # the decoder's broker_changes.fenced (-1 none, 0 unfence, 1 fence) as Kafka's fencing change enum
 _FENCING_OF_COLUMN = {-1: FENCING_NONE, 0: FENCING_UNFENCE, 1: FENCING_FENCE}
 # Which stream each apiKey goes to (apply_columns). NO_STATE: changes nothing (the transaction
@@ -547,10 +550,9 @@ class _Context:
 
     def client_quota(self, q, row: int) -> None:
         """A ClientQuotaRecord: its entities are a slice of the table's flat entity list."""
-        first = int(q.entity_end[row - 1]) if row else 0
         blob, names, null = q.entity_blob, q.entity_name_offsets, q.entity_name_null
         entity = [(_blob_text(blob, q.entity_type_offsets, e), None if null[e] else _blob_text(blob, names, e))
-                  for e in range(first, int(q.entity_end[row]))]
+                  for e in _row_slice(q.entity_end, row)]
         self.delta.replay_client_quota(entity, _blob_text(q.key_blob, q.key_offsets, row), float(q.value[row]),
                                        bool(q.remove[row]))
 
@@ -576,14 +578,34 @@ class _Context:
         if bool(dt.removed[row]):
             self.delta.replay_remove_token(token_id)
             return
-        first = int(dt.renewer_end[row - 1]) if row else 0
         self.delta.replay_token({
             "Owner": _blob_text(blob, dt.owner_offsets, row), "Requester": _blob_text(blob, dt.requester_offsets, row),
-            "Renewers": [_blob_text(blob, dt.renewer_offsets, r) for r in range(first, int(dt.renewer_end[row]))],
+            "Renewers": [_blob_text(blob, dt.renewer_offsets, r) for r in _row_slice(dt.renewer_end, row)],
             "IssueTimestamp": int(dt.issue_timestamp_ms[row]), "MaxTimestamp": int(dt.max_timestamp_ms[row]),
             "ExpirationTimestamp": int(dt.expiration_timestamp_ms[row]), "TokenId": token_id})
 
     token.table = "delegation_tokens"
+
+    def register_broker(self, r, row: int) -> None:
+        """A RegisterBrokerRecord (a rolling restart's re-registrations, a snapshot's brokers): its
+        endpoints, features and log dirs are slices of the table's flat lists."""
+        blob = r.broker_blob
+        endpoints = tuple(Endpoint(_blob_text(blob, r.endpoint_name_offsets, e), _blob_text(blob, r.endpoint_host_offsets, e),
+                                   int(r.endpoint_port[e]), int(r.endpoint_security_protocol[e]))
+                          for e in _row_slice(r.endpoint_end, row))
+        features = tuple((_blob_text(blob, r.feature_name_offsets, f), int(r.feature_min_version[f]),
+                          int(r.feature_max_version[f])) for f in _row_slice(r.feature_end, row))
+        dirs = _row_slice(r.log_dir_end, row)
+        log_dirs = tuple(halves_to_uuid(hi, lo) for hi, lo in r.log_dirs[dirs.start:dirs.stop].tolist())
+        hi, lo = r.incarnation_id[row].tolist()
+        self.delta.replay_register_broker(BrokerRegistration(
+            broker_id=int(r.broker_id[row]), epoch=int(r.broker_epoch[row]), incarnation_id=halves_to_uuid(hi, lo),
+            endpoints=endpoints, supported_features=features,
+            rack=None if bool(r.rack_null[row]) else _blob_text(blob, r.rack_offsets, row),
+            fenced=bool(r.fenced[row]), in_controlled_shutdown=bool(r.in_controlled_shutdown[row]),
+            is_migrating_zk_broker=bool(r.is_migrating_zk_broker[row]), log_dirs=log_dirs))
+
+    register_broker.table = "broker_registrations"
 
     def fail(self, offset: int, record_type: str, exc: Exception) -> None:
         if not self.skip_errors:
@@ -702,12 +724,18 @@ _COLUMN_REPLAY = {API_BROKER_CHANGE: _Context.broker_change, API_CONFIG: _Contex
                   API_PARTITION: _Context.partition, API_PARTITION_CHANGE: _Context.partition_change,
                   API_ACL: _Context.acl, API_REMOVE_ACL: _Context.acl, API_CLIENT_QUOTA: _Context.client_quota,
                   API_SCRAM: _Context.scram, API_REMOVE_SCRAM: _Context.scram,
-                  API_TOKEN: _Context.token, API_REMOVE_TOKEN: _Context.token}
+                  API_TOKEN: _Context.token, API_REMOVE_TOKEN: _Context.token,
+                  API_REGISTER_BROKER: _Context.register_broker}
 
 
 def _blob_text(blob: bytes, offsets: np.ndarray, row: int) -> str:
     """String ``row`` of a decoded blob (the decoders checked it is UTF-8)."""
     return blob[int(offsets[row]):int(offsets[row + 1])].decode()
+
+
+def _row_slice(ends: np.ndarray, row: int) -> range:
+    """The entries of ``row`` in a table's flat list: ends[row - 1] (0 for row 0) .. ends[row]."""
+    return range(int(ends[row - 1]) if row else 0, int(ends[row]))
 
 
 def _names_at(blob: bytes, offsets: np.ndarray, rows: np.ndarray) -> list[str]:
