@@ -69,7 +69,7 @@ from kraftlog.engine.image.topics import (
     halves_to_uuid,
     topic_record_epochs,
 )
-from kraftlog.engine.records import batch, metadata_columns
+from kraftlog.engine.records import batch, column_fields, metadata_columns
 from kraftlog.engine.records import metadata as codec
 from kraftlog.engine.records.layout import ATTRIBUTES_OFFSET, CONTROL_BIT, HEADER_SIZE
 from kraftlog.engine.records.metadata_columns import B_BASE_OFFSET, B_LAST_OFFSET_DELTA, B_POS, B_SIZE
@@ -534,17 +534,11 @@ class _Context:
 
     def acl(self, a, row: int) -> None:
         """An AccessControlEntryRecord, or (removed) a RemoveAccessControlEntryRecord."""
-        hi, lo = a.acl_id[row].tolist()
-        acl_id = halves_to_uuid(hi, lo)
+        _, fields = column_fields.acl(a, row)
         if bool(a.removed[row]):
-            self.delta.replay_remove_acl(acl_id)
-            return
-        blob = a.acl_blob
-        self.delta.replay_acl({
-            "Id": acl_id, "ResourceType": int(a.resource_type[row]),
-            "ResourceName": _blob_text(blob, a.resource_name_offsets, row), "PatternType": int(a.pattern_type[row]),
-            "Principal": _blob_text(blob, a.principal_offsets, row), "Host": _blob_text(blob, a.host_offsets, row),
-            "Operation": int(a.operation[row]), "PermissionType": int(a.permission_type[row])})
+            self.delta.replay_remove_acl(fields["Id"])
+        else:
+            self.delta.replay_acl(fields)
 
     acl.table = "acls"
 
@@ -552,7 +546,7 @@ class _Context:
         """A ClientQuotaRecord: its entities are a slice of the table's flat entity list."""
         blob, names, null = q.entity_blob, q.entity_name_offsets, q.entity_name_null
         entity = [(_blob_text(blob, q.entity_type_offsets, e), None if null[e] else _blob_text(blob, names, e))
-                  for e in _row_slice(q.entity_end, row)]
+                  for e in column_fields.entries(q.entity_end, row)]
         self.delta.replay_client_quota(entity, _blob_text(q.key_blob, q.key_offsets, row), float(q.value[row]),
                                        bool(q.remove[row]))
 
@@ -560,29 +554,21 @@ class _Context:
 
     def scram(self, sc, row: int) -> None:
         """A UserScramCredentialRecord, or (removed) a RemoveUserScramCredentialRecord."""
-        blob = sc.scram_blob
-        name, mechanism = _blob_text(blob, sc.name_offsets, row), int(sc.mechanism[row])
+        _, fields = column_fields.scram(sc, row)
         if bool(sc.removed[row]):
-            self.delta.replay_remove_scram(name, mechanism)
-            return
-        keys = {field: blob[int(offsets[row]):int(offsets[row + 1])] for field, offsets in
-                (("Salt", sc.salt_offsets), ("StoredKey", sc.stored_key_offsets), ("ServerKey", sc.server_key_offsets))}
-        self.delta.replay_scram({"Name": name, "Mechanism": mechanism, **keys, "Iterations": int(sc.iterations[row])})
+            self.delta.replay_remove_scram(fields["Name"], fields["Mechanism"])
+        else:
+            self.delta.replay_scram(fields)
 
     scram.table = "scram"
 
     def token(self, dt, row: int) -> None:
         """A DelegationTokenRecord, or (removed) a RemoveDelegationTokenRecord."""
-        blob = dt.token_blob
-        token_id = _blob_text(blob, dt.token_id_offsets, row)
+        _, fields = column_fields.token(dt, row)
         if bool(dt.removed[row]):
-            self.delta.replay_remove_token(token_id)
-            return
-        self.delta.replay_token({
-            "Owner": _blob_text(blob, dt.owner_offsets, row), "Requester": _blob_text(blob, dt.requester_offsets, row),
-            "Renewers": [_blob_text(blob, dt.renewer_offsets, r) for r in _row_slice(dt.renewer_end, row)],
-            "IssueTimestamp": int(dt.issue_timestamp_ms[row]), "MaxTimestamp": int(dt.max_timestamp_ms[row]),
-            "ExpirationTimestamp": int(dt.expiration_timestamp_ms[row]), "TokenId": token_id})
+            self.delta.replay_remove_token(fields["TokenId"])
+        else:
+            self.delta.replay_token(fields)
 
     token.table = "delegation_tokens"
 
@@ -592,10 +578,10 @@ class _Context:
         blob = r.broker_blob
         endpoints = tuple(Endpoint(_blob_text(blob, r.endpoint_name_offsets, e), _blob_text(blob, r.endpoint_host_offsets, e),
                                    int(r.endpoint_port[e]), int(r.endpoint_security_protocol[e]))
-                          for e in _row_slice(r.endpoint_end, row))
+                          for e in column_fields.entries(r.endpoint_end, row))
         features = tuple((_blob_text(blob, r.feature_name_offsets, f), int(r.feature_min_version[f]),
-                          int(r.feature_max_version[f])) for f in _row_slice(r.feature_end, row))
-        dirs = _row_slice(r.log_dir_end, row)
+                          int(r.feature_max_version[f])) for f in column_fields.entries(r.feature_end, row))
+        dirs = column_fields.entries(r.log_dir_end, row)
         log_dirs = tuple(halves_to_uuid(hi, lo) for hi, lo in r.log_dirs[dirs.start:dirs.stop].tolist())
         hi, lo = r.incarnation_id[row].tolist()
         self.delta.replay_register_broker(BrokerRegistration(
@@ -728,14 +714,7 @@ _COLUMN_REPLAY = {API_BROKER_CHANGE: _Context.broker_change, API_CONFIG: _Contex
                   API_REGISTER_BROKER: _Context.register_broker}
 
 
-def _blob_text(blob: bytes, offsets: np.ndarray, row: int) -> str:
-    """String ``row`` of a decoded blob (the decoders checked it is UTF-8)."""
-    return blob[int(offsets[row]):int(offsets[row + 1])].decode()
-
-
-def _row_slice(ends: np.ndarray, row: int) -> range:
-    """The entries of ``row`` in a table's flat list: ends[row - 1] (0 for row 0) .. ends[row]."""
-    return range(int(ends[row - 1]) if row else 0, int(ends[row]))
+_blob_text = column_fields.text
 
 
 def _names_at(blob: bytes, offsets: np.ndarray, rows: np.ndarray) -> list[str]:
