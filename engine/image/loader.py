@@ -57,8 +57,6 @@ from kraftlog.engine.image.image import (
     FENCING_FENCE,
     FENCING_NONE,
     FENCING_UNFENCE,
-    BrokerRegistration,
-    Endpoint,
     MetadataDelta,
     MetadataImage,
     Provenance,
@@ -575,21 +573,7 @@ class _Context:
     def register_broker(self, r, row: int) -> None:
         """A RegisterBrokerRecord (a rolling restart's re-registrations, a snapshot's brokers): its
         endpoints, features and log dirs are slices of the table's flat lists."""
-        blob = r.broker_blob
-        endpoints = tuple(Endpoint(_blob_text(blob, r.endpoint_name_offsets, e), _blob_text(blob, r.endpoint_host_offsets, e),
-                                   int(r.endpoint_port[e]), int(r.endpoint_security_protocol[e]))
-                          for e in column_fields.entries(r.endpoint_end, row))
-        features = tuple((_blob_text(blob, r.feature_name_offsets, f), int(r.feature_min_version[f]),
-                          int(r.feature_max_version[f])) for f in column_fields.entries(r.feature_end, row))
-        dirs = column_fields.entries(r.log_dir_end, row)
-        log_dirs = tuple(halves_to_uuid(hi, lo) for hi, lo in r.log_dirs[dirs.start:dirs.stop].tolist())
-        hi, lo = r.incarnation_id[row].tolist()
-        self.delta.replay_register_broker(BrokerRegistration(
-            broker_id=int(r.broker_id[row]), epoch=int(r.broker_epoch[row]), incarnation_id=halves_to_uuid(hi, lo),
-            endpoints=endpoints, supported_features=features,
-            rack=None if bool(r.rack_null[row]) else _blob_text(blob, r.rack_offsets, row),
-            fenced=bool(r.fenced[row]), in_controlled_shutdown=bool(r.in_controlled_shutdown[row]),
-            is_migrating_zk_broker=bool(r.is_migrating_zk_broker[row]), log_dirs=log_dirs))
+        self.delta.replay_register_broker(column_fields.register_broker(r, row)[1])
 
     register_broker.table = "broker_registrations"
 
