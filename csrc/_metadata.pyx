@@ -38,7 +38,7 @@ Helpers return 0, or -1 after writing what failed and where into the Err struct;
 turns that into one CorruptRecordError.
 """
 
-from libc.stdint cimport INT64_MAX, INT64_MIN, int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport INT64_MAX, INT64_MIN, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 import numpy as np
@@ -210,6 +210,14 @@ cdef inline int rd_i16(Cur *c, int16_t *out, const char *field) noexcept nogil:
     if need(c, 2, field) < 0:
         return -1
     out[0] = <int16_t>kl_load_be16(c.p + c.pos)
+    c.pos += 2
+    return 0
+
+
+cdef inline int rd_u16(Cur *c, uint16_t *out, const char *field) noexcept nogil:
+    if need(c, 2, field) < 0:
+        return -1
+    out[0] = kl_load_be16(c.p + c.pos)
     c.pos += 2
     return 0
 
@@ -510,15 +518,35 @@ cdef struct Ctx:
     int8_t *bc_fenced
     int8_t *bc_ics
     uint8_t *bc_extras
-    # broker registrations
+    # broker registrations; endpoints, features and log dirs each in a flat list (rg_*_end[row]:
+    # one past the row's last), bounded by the kind's value bytes (an endpoint takes at least 7
+    # bytes, a feature 6, a log dir 16)
     int32_t *rg_rec
     int32_t *rg_broker
     int64_t *rg_epoch
     uint64_t *rg_inc
     uint8_t *rg_fenced
     uint8_t *rg_ics
+    uint8_t *rg_zk
     Blob rg_rack
     uint8_t *rg_rack_null
+    int64_t *rg_endpoint_end
+    int64_t rg_endpoints       # endpoints written so far
+    int64_t rg_endpoint_cap
+    Blob rg_ep_name
+    Blob rg_ep_host
+    uint16_t *rg_ep_port
+    int16_t *rg_ep_protocol
+    int64_t *rg_feature_end
+    int64_t rg_features
+    int64_t rg_feature_cap
+    Blob rg_ft_name
+    int16_t *rg_ft_min
+    int16_t *rg_ft_max
+    int64_t *rg_log_dir_end
+    int64_t rg_log_dirs
+    int64_t rg_log_dir_cap
+    uint64_t *rg_log_dir       # [cap, 2]: most, least significant half
     uint8_t *rg_extras
     # producer id blocks
     int32_t *pi_rec
@@ -1202,44 +1230,95 @@ cdef int body_broker_change(Ctx *x, Cur *c, int64_t row, int64_t version) noexce
     return 0
 
 
-cdef int skip_struct_array(Cur *c, bint features, const char *field) noexcept nogil:
-    """RegisterBrokerRecord EndPoints (Name, Host strings, Port uint16, SecurityProtocol int16) or
-    Features (Name string, MinSupportedVersion, MaxSupportedVersion int16), each with its tags:
-    validated and skipped (the image decodes them with the generic codec)."""
-    cdef int64_t n, k, at, sn, start = c.pos
-    if rd_len(c, &n, False, field) < 0:
+cdef int register_endpoints(Ctx *x, Cur *c, uint8_t *extras) noexcept nogil:
+    # RegisterBrokerRecord EndPoints []BrokerEndpoint: Name string, Host string, Port uint16,
+    # SecurityProtocol int16, tags (none known: any sets extras)
+    cdef int64_t n, at, count, k, e
+    cdef uint8_t tags
+    if rd_array(c, &count, 0, False, "EndPoints") < 0:
         return -1
-    if n > c.end - c.pos:
-        return fail(c, start, field, "array count exceeds the bytes left in the record")
+    for k in range(count):
+        e = x.rg_endpoints
+        if e >= x.rg_endpoint_cap:  # only when the bytes changed between the two passes
+            return fail(c, c.pos, "EndPoints", "endpoint overflow (the buffer changed while decoding)")
+        if rd_string(c, &n, &at, False, "EndPoints.Name") < 0 or blob_put(c, &x.rg_ep_name, e, at, n) < 0:
+            return -1
+        if rd_string(c, &n, &at, False, "EndPoints.Host") < 0 or blob_put(c, &x.rg_ep_host, e, at, n) < 0:
+            return -1
+        if rd_u16(c, x.rg_ep_port + e, "EndPoints.Port") < 0:
+            return -1
+        if rd_i16(c, x.rg_ep_protocol + e, "EndPoints.SecurityProtocol") < 0 or plain_tags(c, &tags) < 0:
+            return -1
+        extras[0] |= tags
+        x.rg_endpoints += 1
+    return 0
+
+
+cdef int register_features(Ctx *x, Cur *c, uint8_t *extras) noexcept nogil:
+    # RegisterBrokerRecord Features []BrokerFeature: Name string, MinSupportedVersion int16,
+    # MaxSupportedVersion int16, tags (none known)
+    cdef int64_t n, at, count, k, f
+    cdef uint8_t tags
+    if rd_array(c, &count, 0, False, "Features") < 0:
+        return -1
+    for k in range(count):
+        f = x.rg_features
+        if f >= x.rg_feature_cap:  # only when the bytes changed between the two passes
+            return fail(c, c.pos, "Features", "feature overflow (the buffer changed while decoding)")
+        if rd_string(c, &n, &at, False, "Features.Name") < 0 or blob_put(c, &x.rg_ft_name, f, at, n) < 0:
+            return -1
+        if rd_i16(c, x.rg_ft_min + f, "Features.MinSupportedVersion") < 0:
+            return -1
+        if rd_i16(c, x.rg_ft_max + f, "Features.MaxSupportedVersion") < 0 or plain_tags(c, &tags) < 0:
+            return -1
+        extras[0] |= tags
+        x.rg_features += 1
+    return 0
+
+
+cdef int register_log_dirs(Ctx *x, Cur *sub, int64_t first, int64_t tag_at, uint64_t tag) noexcept nogil:
+    """Tag 0 LogDirs []uuid (v3+) as the row's log dirs from ``first`` on: a tag repeated replaces
+    them (the generic codec keeps the last occurrence too)."""
+    cdef int64_t n, k
+    cdef const uint8_t *src
+    if rd_array(sub, &n, 16, False, "LogDirs") < 0 or tag_done(sub, tag_at, tag) < 0:
+        return -1
+    if first + n > x.rg_log_dir_cap:  # only when the bytes changed between the two passes
+        return fail(sub, tag_at, "LogDirs", "log dir overflow (the buffer changed while decoding)")
+    src = sub.p + sub.pos - 16 * n
     for k in range(n):
-        if rd_string(c, &sn, &at, False, field) < 0:
-            return -1
-        if not features and rd_string(c, &sn, &at, False, field) < 0:
-            return -1
-        if need(c, 4, field) < 0:
-            return -1
-        c.pos += 4
-        if skip_tags(c) < 0:
-            return -1
+        x.rg_log_dir[2 * (first + k)] = kl_load_be64(src + 16 * k)
+        x.rg_log_dir[2 * (first + k) + 1] = kl_load_be64(src + 16 * k + 8)
+    x.rg_log_dirs = first + n
     return 0
 
 
 cdef int body_register(Ctx *x, Cur *c, int64_t row, int64_t version) noexcept nogil:
     # RegisterBrokerRecord v0-3: BrokerId int32, IsMigratingZkBroker bool (v2+), IncarnationId uuid,
     # BrokerEpoch int64, EndPoints []BrokerEndpoint, Features []BrokerFeature, Rack string?,
-    # Fenced bool, InControlledShutdown bool (v1+); tags: 0 LogDirs []uuid (v3+)
-    cdef int64_t n, at, tag_at
+    # Fenced bool, InControlledShutdown bool (v1+); tags: 0 LogDirs []uuid (v3+). A bool is one
+    # byte, true when not 0 (Kafka's readByte() != 0). Unknown tags, here or in an endpoint or a
+    # feature, set extras.
+    cdef int64_t n, at, tag_at, first_dir = x.rg_log_dirs
     cdef uint64_t count, tag, i
     cdef int8_t b
     cdef Cur sub
+    cdef uint8_t extras = 0
     if rd_i32(c, x.rg_broker + row, "BrokerId") < 0:
         return -1
-    if version >= 2 and rd_i8(c, &b, "IsMigratingZkBroker") < 0:
-        return -1
+    x.rg_zk[row] = 0
+    if version >= 2:
+        if rd_i8(c, &b, "IsMigratingZkBroker") < 0:
+            return -1
+        x.rg_zk[row] = b != 0
     if rd_uuid(c, x.rg_inc + 2 * row, "IncarnationId") < 0 or rd_i64(c, x.rg_epoch + row, "BrokerEpoch") < 0:
         return -1
-    if skip_struct_array(c, False, "EndPoints") < 0 or skip_struct_array(c, True, "Features") < 0:
+    if register_endpoints(x, c, &extras) < 0:
         return -1
+    x.rg_endpoint_end[row] = x.rg_endpoints
+    if register_features(x, c, &extras) < 0:
+        return -1
+    x.rg_feature_end[row] = x.rg_features
     if rd_string(c, &n, &at, True, "Rack") < 0 or blob_put(c, &x.rg_rack, row, at, n) < 0:
         return -1
     x.rg_rack_null[row] = 1 if n < 0 else 0
@@ -1258,9 +1337,12 @@ cdef int body_register(Ctx *x, Cur *c, int64_t row, int64_t version) noexcept no
         if rd_tag(c, &sub, &tag) < 0:
             return -1
         if tag == 0 and version >= 3:
-            if rd_array(&sub, &n, 16, False, "LogDirs") < 0 or tag_done(&sub, tag_at, tag) < 0:
+            if register_log_dirs(x, &sub, first_dir, tag_at, tag) < 0:
                 return -1
-    x.rg_extras[row] = 1  # endpoints and features live only in the bytes
+        else:
+            extras = 1
+    x.rg_log_dir_end[row] = x.rg_log_dirs
+    x.rg_extras[row] = extras
     return 0
 
 
@@ -1340,33 +1422,54 @@ cdef const uint8_t *bytes_ptr(const uint8_t[::1] view):
     return &view[0] if view.shape[0] else NULL
 
 
+# Each array's data pointer. An empty array (most tables of a small region) gives NULL without
+# acquiring a typed memoryview (about a microsecond each, dozens per decode_sections call).
 cdef int32_t *p_i32(arr) except? NULL:
+    if not arr.size:
+        return NULL
     cdef int32_t[::1] v = arr.reshape(-1)
     return &v[0] if v.shape[0] else NULL
 
 
 cdef int16_t *p_i16(arr) except? NULL:
+    if not arr.size:
+        return NULL
     cdef int16_t[::1] v = arr.reshape(-1)
     return &v[0] if v.shape[0] else NULL
 
 
 cdef int64_t *p_i64(arr) except? NULL:
+    if not arr.size:
+        return NULL
     cdef int64_t[::1] v = arr.reshape(-1)
     return &v[0] if v.shape[0] else NULL
 
 
 cdef uint64_t *p_u64(arr) except? NULL:
+    if not arr.size:
+        return NULL
     cdef uint64_t[::1] v = arr.reshape(-1)
     return &v[0] if v.shape[0] else NULL
 
 
+cdef uint16_t *p_u16(arr) except? NULL:
+    if not arr.size:
+        return NULL
+    cdef uint16_t[::1] v = arr.reshape(-1)
+    return &v[0] if v.shape[0] else NULL
+
+
 cdef int8_t *p_i8(arr) except? NULL:
+    if not arr.size:
+        return NULL
     cdef int8_t[::1] v = arr.reshape(-1)
     return &v[0] if v.shape[0] else NULL
 
 
 cdef uint8_t *p_u8(arr) except? NULL:
     """Also for numpy bool arrays (viewed as uint8: same bytes, 0 or 1)."""
+    if not arr.size:
+        return NULL
     cdef uint8_t[::1] v = arr.reshape(-1).view(np.uint8)
     return &v[0] if v.shape[0] else NULL
 
@@ -1645,18 +1748,42 @@ cdef dict allocate_tables(Ctx *x):
     x.bc_extras = p_u8(bchanges["extras"])
 
     k = x.counts[K_REGISTER]
+    cap = x.blob_bytes[K_REGISTER]
     regs = {"record_index": np.empty(k, np.int32), "broker_id": np.empty(k, np.int32),
             "broker_epoch": np.empty(k, np.int64), "incarnation_id": np.empty((k, 2), np.uint64),
             "fenced": np.empty(k, np.bool_), "in_controlled_shutdown": np.empty(k, np.bool_),
-            "rack_null": np.empty(k, np.bool_), "extras": np.empty(k, np.bool_)}
-    regs.update(new_blob(&x.rg_rack, k, x.blob_bytes[K_REGISTER], "rack"))
+            "is_migrating_zk_broker": np.empty(k, np.bool_), "rack_null": np.empty(k, np.bool_),
+            "endpoint_end": np.empty(k, np.int64), "feature_end": np.empty(k, np.int64),
+            "log_dir_end": np.empty(k, np.int64), "extras": np.empty(k, np.bool_),
+            "endpoint_port": np.empty(cap // 7, np.uint16), "endpoint_security_protocol": np.empty(cap // 7, np.int16),
+            "feature_min_version": np.empty(cap // 6, np.int16), "feature_max_version": np.empty(cap // 6, np.int16),
+            "log_dirs": np.empty((cap // 16, 2), np.uint64)}
+    regs.update(new_blob(&x.rg_rack, k, cap, "rack"))
+    regs.update(new_blob(&x.rg_ep_name, cap // 7, cap, "endpoint_name"))
+    regs.update(new_blob(&x.rg_ep_host, cap // 7, cap, "endpoint_host"))
+    regs.update(new_blob(&x.rg_ft_name, cap // 6, cap, "feature_name"))
     x.rg_rec = p_i32(regs["record_index"])
     x.rg_broker = p_i32(regs["broker_id"])
     x.rg_epoch = p_i64(regs["broker_epoch"])
     x.rg_inc = p_u64(regs["incarnation_id"])
     x.rg_fenced = p_u8(regs["fenced"])
     x.rg_ics = p_u8(regs["in_controlled_shutdown"])
+    x.rg_zk = p_u8(regs["is_migrating_zk_broker"])
     x.rg_rack_null = p_u8(regs["rack_null"])
+    x.rg_endpoint_end = p_i64(regs["endpoint_end"])
+    x.rg_endpoints = 0
+    x.rg_endpoint_cap = cap // 7
+    x.rg_ep_port = p_u16(regs["endpoint_port"])
+    x.rg_ep_protocol = p_i16(regs["endpoint_security_protocol"])
+    x.rg_feature_end = p_i64(regs["feature_end"])
+    x.rg_features = 0
+    x.rg_feature_cap = cap // 6
+    x.rg_ft_min = p_i16(regs["feature_min_version"])
+    x.rg_ft_max = p_i16(regs["feature_max_version"])
+    x.rg_log_dir_end = p_i64(regs["log_dir_end"])
+    x.rg_log_dirs = 0
+    x.rg_log_dir_cap = cap // 16
+    x.rg_log_dir = p_u64(regs["log_dirs"])
     x.rg_extras = p_u8(regs["extras"])
 
     k = x.counts[K_PRODUCER_IDS]
@@ -1751,7 +1878,22 @@ cdef dict finish_tables(Ctx *x, dict tables):
     f = tables["features"]
     f["feature_blob"] = f.pop("_name_buf")[:x.f_name.used].tobytes()
     r = tables["broker_registrations"]
-    r["broker_blob"] = r.pop("_rack_buf")[:x.rg_rack.used].tobytes()
+    for name, used in (("endpoint_port", x.rg_endpoints), ("endpoint_security_protocol", x.rg_endpoints),
+                       ("feature_min_version", x.rg_features), ("feature_max_version", x.rg_features),
+                       ("log_dirs", x.rg_log_dirs)):
+        r[name] = r[name][:used]
+    r["endpoint_name_offsets"] = r["endpoint_name_offsets"][:x.rg_endpoints + 1]
+    r["endpoint_host_offsets"] = r["endpoint_host_offsets"][:x.rg_endpoints + 1]
+    r["feature_name_offsets"] = r["feature_name_offsets"][:x.rg_features + 1]
+    at = 0
+    parts = []
+    for prefix, used in (("rack", x.rg_rack.used), ("endpoint_name", x.rg_ep_name.used),
+                         ("endpoint_host", x.rg_ep_host.used), ("feature_name", x.rg_ft_name.used)):
+        parts.append(r.pop("_" + prefix + "_buf")[:used].tobytes())
+        if at:
+            r[prefix + "_offsets"] += at
+        at += used
+    r["broker_blob"] = b"".join(parts)
     g = tables["configs"]
     a, b, c = x.g_rname.used, x.g_name.used, x.g_value.used
     g["config_blob"] = (g.pop("_resource_name_buf")[:a].tobytes() + g.pop("_name_buf")[:b].tobytes()

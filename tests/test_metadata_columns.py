@@ -7,6 +7,7 @@ generic codec), and provenance (offsets, epochs, timestamps, counts) matches the
 
 from __future__ import annotations
 
+import functools
 import struct
 import uuid
 
@@ -195,16 +196,18 @@ def register_broker(draw):
     endpoint = st.fixed_dictionaries({"Name": text, "Host": text, "Port": st.integers(0, 65535),
                                       "SecurityProtocol": i16})
     feature_range = st.fixed_dictionaries({"Name": text, "MinSupportedVersion": i16, "MaxSupportedVersion": i16})
+    tagged = functools.partial(st.builds, lambda e, tags: _with_tags(e, tags))
     d = {"BrokerId": draw(i32), "IncarnationId": draw(uuids), "BrokerEpoch": draw(i64),
-         "EndPoints": draw(st.lists(endpoint, max_size=2)), "Features": draw(st.lists(feature_range, max_size=2)),
+         "EndPoints": draw(st.lists(tagged(endpoint, unknown_tags), max_size=3)),
+         "Features": draw(st.lists(tagged(feature_range, unknown_tags), max_size=2)),
          "Rack": draw(st.one_of(st.none(), text)), "Fenced": draw(st.booleans())}
     if v >= 1:
         d["InControlledShutdown"] = draw(st.booleans())
     if v >= 2:
         d["IsMigratingZkBroker"] = draw(st.booleans())
     if v >= 3:
-        d["LogDirs"] = draw(st.lists(uuids, max_size=2))
-    return "RegisterBrokerRecord", v, d
+        d["LogDirs"] = draw(st.lists(uuids, max_size=3))
+    return "RegisterBrokerRecord", v, _with_tags(d, draw(unknown_tags))
 
 
 @st.composite
@@ -454,13 +457,32 @@ def check_producer_ids(t, row, d, rec, canonical=True):
     assert t.extras[row] == bool(d.get(UNKNOWN_TAGS))
 
 
+def _slice(ends, row) -> range:
+    """The flat-list entries of ``row`` (ends[row - 1] .. ends[row], from 0 for row 0)."""
+    return range(int(ends[row - 1]) if row else 0, int(ends[row]))
+
+
 def check_registration(t, row, d, rec, canonical=True):
     assert t.broker_id[row] == d["BrokerId"] and t.broker_epoch[row] == d["BrokerEpoch"]
     assert list(t.incarnation_id[row]) == _uuid_pair(d["IncarnationId"])
     assert t.fenced[row] == d["Fenced"] and t.in_controlled_shutdown[row] == d["InControlledShutdown"]
+    assert t.is_migrating_zk_broker[row] == d["IsMigratingZkBroker"]
     assert t.rack_null[row] == (d["Rack"] is None)
-    assert _string(t.broker_blob, t.rack_offsets, row) == (d["Rack"] or "")
-    assert t.extras[row]
+    blob = t.broker_blob
+    assert _string(blob, t.rack_offsets, row) == (d["Rack"] or "")
+    endpoints = [(_string(blob, t.endpoint_name_offsets, e), _string(blob, t.endpoint_host_offsets, e),
+                  t.endpoint_port[e], t.endpoint_security_protocol[e]) for e in _slice(t.endpoint_end, row)]
+    assert endpoints == [(e["Name"], e["Host"], e["Port"], e["SecurityProtocol"]) for e in d["EndPoints"]]
+    features = [(_string(blob, t.feature_name_offsets, f), t.feature_min_version[f], t.feature_max_version[f])
+                for f in _slice(t.feature_end, row)]
+    assert features == [(f["Name"], f["MinSupportedVersion"], f["MaxSupportedVersion"]) for f in d["Features"]]
+    assert [_uuid_pair_of(t.log_dirs[k]) for k in _slice(t.log_dir_end, row)] == list(d["LogDirs"])
+    tagged = bool(d.get(UNKNOWN_TAGS)) or any(x.get(UNKNOWN_TAGS) for x in d["EndPoints"] + d["Features"])
+    assert t.extras[row] == tagged
+
+
+def _uuid_pair_of(halves) -> uuid.UUID:
+    return uuid.UUID(int=(int(halves[0]) << 64) | int(halves[1]))
 
 
 def check_acl(t, row, d, rec, canonical=True):
@@ -658,6 +680,23 @@ def test_mutated_values_decode_or_fail_like_the_generic_codec(value, codec):
     event(f"hot value {native[0]}")
     if generic_ok:
         check_against_generic(mc.decode_region_with(NATIVE, region), [value])
+
+
+def test_a_repeated_log_dirs_tag_keeps_the_last_like_the_generic_codec():
+    """RegisterBrokerRecord v3 with tag 0 (LogDirs) twice: both implementations hold the second
+    list only (the generic codec's last-wins), as a plain row without extras."""
+    first, second = uuid.UUID(int=7), uuid.UUID(int=(9 << 64) | 11)
+    value = encode_record("RegisterBrokerRecord", 3, {"BrokerId": 1, "BrokerEpoch": 2, "IncarnationId": ZERO,
+                                                      "LogDirs": [first]})
+    single = b"\x01\x00\x11\x02" + first.bytes  # one tagged field: tag 0, 17 bytes, one uuid
+    assert value.endswith(single)
+    value = value[:-len(single)] + b"\x02" + b"\x00\x11\x02" + first.bytes + b"\x00\x11\x02" + second.bytes
+    assert decode_record(value).data["LogDirs"] == [second]
+    cols = both(batch.build_batch_from_values([value]))
+    t = cols.broker_registrations
+    assert t.log_dir_end.tolist() == [1] and t.log_dirs.tolist() == [_uuid_pair(second)]
+    assert not t.extras[0]
+    check_against_generic(cols, [value])
 
 
 def _valid_frame(value: bytes):

@@ -306,10 +306,18 @@ class MetadataDelta:
             self.changed.add("features")
 
     def _register_broker(self, d, topic_epoch):
+        self.replay_register_broker(d)
+
+    def replay_register_broker(self, fields: Mapping[str, Any]) -> None:
+        """A RegisterBrokerRecord given by its fields (the generic codec's, or the loader's from the
+        decoded columns: column_fields.register_broker): the registration replaces the broker's
+        earlier one whole."""
         registration = BrokerRegistration(
-            broker_id=d["BrokerId"], epoch=d["BrokerEpoch"], incarnation_id=d["IncarnationId"],
-            endpoints=_endpoints(d), supported_features=_features(d), rack=d["Rack"], fenced=d["Fenced"], in_controlled_shutdown=d.get("InControlledShutdown", False),
-            is_migrating_zk_broker=d.get("IsMigratingZkBroker", False), log_dirs=tuple(d.get("LogDirs") or ()))
+            broker_id=fields["BrokerId"], epoch=fields["BrokerEpoch"], incarnation_id=fields["IncarnationId"],
+            endpoints=_endpoints(fields), supported_features=_features(fields), rack=fields["Rack"],
+            fenced=fields["Fenced"], in_controlled_shutdown=fields.get("InControlledShutdown", False),
+            is_migrating_zk_broker=fields.get("IsMigratingZkBroker", False),
+            log_dirs=tuple(fields.get("LogDirs") or ()))
         if self.brokers.put(registration.broker_id, registration):
             self.changed.add("cluster")
 

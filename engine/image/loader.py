@@ -16,15 +16,15 @@ records, not necessarily the lowest offset.)
 
 A record replayed on its own (the side stream, configs, topic deletes, runs too short for bulk)
 comes from its row of the decoded columns when they hold it whole (``_COLUMN_REPLAY``: topics,
-partitions, partition changes, broker changes, fences, producer ids, configs, topic deletes,
-feature levels, client quotas, ACLs, SCRAM credentials and delegation tokens with their
-removals), else from the generic codec.
+partitions, partition changes, broker registrations and changes, fences, producer ids, configs,
+topic deletes, feature levels, client quotas, ACLs, SCRAM credentials and delegation tokens with
+their removals), else from the generic codec.
 
 Runs: the topic stream is applied strictly in log order, but consecutive records of one shape go
 in one vectorised step: a run of TopicRecords + PartitionRecords (what CreateTopics and snapshots write)
 through TopicsDelta.bulk_create; a run of PartitionChangeRecords through bulk_change. A record the
 columns do not carry completely (``extras``: ELR, adding/removing replicas, directories of a
-PartitionChangeRecord, broker endpoints) or of a type they do not hold is decoded by the generic
+PartitionChangeRecord, unknown tags) or of a type they do not hold is decoded by the generic
 codec and replayed on its own. PartitionRecord directories ride in the columns.
 
 Transactions (Begin/End/AbortTransactionRecord): records between a Begin and its Abort are
@@ -67,7 +67,7 @@ from kraftlog.engine.image.topics import (
     halves_to_uuid,
     topic_record_epochs,
 )
-from kraftlog.engine.records import batch, metadata_columns
+from kraftlog.engine.records import batch, column_fields, metadata_columns
 from kraftlog.engine.records import metadata as codec
 from kraftlog.engine.records.layout import ATTRIBUTES_OFFSET, CONTROL_BIT, HEADER_SIZE
 from kraftlog.engine.records.metadata_columns import B_BASE_OFFSET, B_LAST_OFFSET_DELTA, B_POS, B_SIZE
@@ -79,6 +79,7 @@ API_CONFIG, API_REMOVE_TOPIC, API_NOOP, API_BROKER_CHANGE = 4, 9, 20, 17
 API_FENCE, API_UNFENCE, API_FEATURE, API_PRODUCER_IDS = 7, 8, 12, 15
 API_ACL, API_REMOVE_ACL, API_CLIENT_QUOTA = 18, 19, 14
 API_SCRAM, API_REMOVE_SCRAM, API_TOKEN, API_REMOVE_TOKEN = 11, 22, 10, 26
+API_REGISTER_BROKER = 0
 # the decoder's broker_changes.fenced (-1 none, 0 unfence, 1 fence) as Kafka's fencing change enum
 _FENCING_OF_COLUMN = {-1: FENCING_NONE, 0: FENCING_UNFENCE, 1: FENCING_FENCE}
 # Which stream each apiKey goes to (apply_columns). NO_STATE: changes nothing (the transaction
@@ -531,26 +532,19 @@ class _Context:
 
     def acl(self, a, row: int) -> None:
         """An AccessControlEntryRecord, or (removed) a RemoveAccessControlEntryRecord."""
-        hi, lo = a.acl_id[row].tolist()
-        acl_id = halves_to_uuid(hi, lo)
+        _, fields = column_fields.acl(a, row)
         if bool(a.removed[row]):
-            self.delta.replay_remove_acl(acl_id)
-            return
-        blob = a.acl_blob
-        self.delta.replay_acl({
-            "Id": acl_id, "ResourceType": int(a.resource_type[row]),
-            "ResourceName": _blob_text(blob, a.resource_name_offsets, row), "PatternType": int(a.pattern_type[row]),
-            "Principal": _blob_text(blob, a.principal_offsets, row), "Host": _blob_text(blob, a.host_offsets, row),
-            "Operation": int(a.operation[row]), "PermissionType": int(a.permission_type[row])})
+            self.delta.replay_remove_acl(fields["Id"])
+        else:
+            self.delta.replay_acl(fields)
 
     acl.table = "acls"
 
     def client_quota(self, q, row: int) -> None:
         """A ClientQuotaRecord: its entities are a slice of the table's flat entity list."""
-        first = int(q.entity_end[row - 1]) if row else 0
         blob, names, null = q.entity_blob, q.entity_name_offsets, q.entity_name_null
         entity = [(_blob_text(blob, q.entity_type_offsets, e), None if null[e] else _blob_text(blob, names, e))
-                  for e in range(first, int(q.entity_end[row]))]
+                  for e in column_fields.entries(q.entity_end, row)]
         self.delta.replay_client_quota(entity, _blob_text(q.key_blob, q.key_offsets, row), float(q.value[row]),
                                        bool(q.remove[row]))
 
@@ -558,32 +552,30 @@ class _Context:
 
     def scram(self, sc, row: int) -> None:
         """A UserScramCredentialRecord, or (removed) a RemoveUserScramCredentialRecord."""
-        blob = sc.scram_blob
-        name, mechanism = _blob_text(blob, sc.name_offsets, row), int(sc.mechanism[row])
+        _, fields = column_fields.scram(sc, row)
         if bool(sc.removed[row]):
-            self.delta.replay_remove_scram(name, mechanism)
-            return
-        keys = {field: blob[int(offsets[row]):int(offsets[row + 1])] for field, offsets in
-                (("Salt", sc.salt_offsets), ("StoredKey", sc.stored_key_offsets), ("ServerKey", sc.server_key_offsets))}
-        self.delta.replay_scram({"Name": name, "Mechanism": mechanism, **keys, "Iterations": int(sc.iterations[row])})
+            self.delta.replay_remove_scram(fields["Name"], fields["Mechanism"])
+        else:
+            self.delta.replay_scram(fields)
 
     scram.table = "scram"
 
     def token(self, dt, row: int) -> None:
         """A DelegationTokenRecord, or (removed) a RemoveDelegationTokenRecord."""
-        blob = dt.token_blob
-        token_id = _blob_text(blob, dt.token_id_offsets, row)
+        _, fields = column_fields.token(dt, row)
         if bool(dt.removed[row]):
-            self.delta.replay_remove_token(token_id)
-            return
-        first = int(dt.renewer_end[row - 1]) if row else 0
-        self.delta.replay_token({
-            "Owner": _blob_text(blob, dt.owner_offsets, row), "Requester": _blob_text(blob, dt.requester_offsets, row),
-            "Renewers": [_blob_text(blob, dt.renewer_offsets, r) for r in range(first, int(dt.renewer_end[row]))],
-            "IssueTimestamp": int(dt.issue_timestamp_ms[row]), "MaxTimestamp": int(dt.max_timestamp_ms[row]),
-            "ExpirationTimestamp": int(dt.expiration_timestamp_ms[row]), "TokenId": token_id})
+            self.delta.replay_remove_token(fields["TokenId"])
+        else:
+            self.delta.replay_token(fields)
 
     token.table = "delegation_tokens"
+
+    def register_broker(self, r, row: int) -> None:
+        """A RegisterBrokerRecord (a rolling restart's re-registrations, a snapshot's brokers): its
+        endpoints, features and log dirs are slices of the table's flat lists."""
+        self.delta.replay_register_broker(column_fields.register_broker(r, row)[1])
+
+    register_broker.table = "broker_registrations"
 
     def fail(self, offset: int, record_type: str, exc: Exception) -> None:
         if not self.skip_errors:
@@ -702,12 +694,11 @@ _COLUMN_REPLAY = {API_BROKER_CHANGE: _Context.broker_change, API_CONFIG: _Contex
                   API_PARTITION: _Context.partition, API_PARTITION_CHANGE: _Context.partition_change,
                   API_ACL: _Context.acl, API_REMOVE_ACL: _Context.acl, API_CLIENT_QUOTA: _Context.client_quota,
                   API_SCRAM: _Context.scram, API_REMOVE_SCRAM: _Context.scram,
-                  API_TOKEN: _Context.token, API_REMOVE_TOKEN: _Context.token}
+                  API_TOKEN: _Context.token, API_REMOVE_TOKEN: _Context.token,
+                  API_REGISTER_BROKER: _Context.register_broker}
 
 
-def _blob_text(blob: bytes, offsets: np.ndarray, row: int) -> str:
-    """String ``row`` of a decoded blob (the decoders checked it is UTF-8)."""
-    return blob[int(offsets[row]):int(offsets[row + 1])].decode()
+_blob_text = column_fields.text
 
 
 def _names_at(blob: bytes, offsets: np.ndarray, rows: np.ndarray) -> list[str]:

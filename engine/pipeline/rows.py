@@ -19,9 +19,11 @@ One row per metadata record (control records are not rows). Columns (ROW_FIELDS,
       config_resource_type, config_resource_name,               ConfigRecord (value null = delete)
       config_name, config_value
     and json: the record as ``kafka-dump-log --cluster-metadata-decoder`` prints it, for every record
-    the columns do not hold completely (other record types, and hot records with ``extras``:
-    ELR, adding/removing replicas, a change's directories, unknown tags, long lists). Those few
-    rows are decoded by the generic codec, which also fills their typed columns.
+    the typed columns do not hold completely: the side-stream records (registrations, producer ids,
+    ACLs, quotas, SCRAM, tokens), printed from their decoded column rows (column_fields); other
+    record types, and records with ``extras`` (ELR, adding/removing replicas, a change's
+    directories, unknown tags, long lists), decoded by the generic codec, which also fills their
+    typed columns.
 
 Hot rows never become Python objects: each column is assembled from the decoder's numpy tables as
 (rows, values) parts put in record order by numpy scatters (_Columns). Strings are built straight
@@ -40,7 +42,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kraftlog.engine.records import column_fields
 from kraftlog.engine.records import metadata as codec
+from kraftlog.engine.records.metadata import MetadataRecord
 from kraftlog.engine.records.metadata_columns import MetadataColumns
 
 # (name, Arrow type); the Spark schema (source.SPARK_SCHEMA) is the same, field for field.
@@ -378,9 +382,7 @@ def to_record_batch(cols: MetadataColumns, batches: np.ndarray, cluster: str, *,
     }
     generic = _hot_columns(cols, c, out_row)
     generic.extend(_table_rows(cols.other, out_row))
-    for loader_only in (cols.producer_ids, cols.acls, cols.client_quotas, cols.scram,
-                        cols.delegation_tokens):  # tables for the loader; rows take the codec's
-        generic.extend(_table_rows(loader_only, out_row))
+    generic.extend(_side_rows(cols, c, out_row))
     if generic:
         _generic_rows(cols, c, sorted(set(generic)), out_row)
     for name in ROW_NAMES:
@@ -502,15 +504,27 @@ def _hot_columns(cols: MetadataColumns, c: _Columns, out_row: np.ndarray | None)
         c.put("fenced", out, pa.array(fenced == 1, pa.bool_(), mask=fenced == -1))
         ics = bc.in_controlled_shutdown[rows]
         c.put("in_controlled_shutdown", out, pa.array(ics == 1, pa.bool_(), mask=ics == -1))
-    b = cols.broker_registrations
-    if len(b):
-        rows, out, extra = _pick(b, out_row)
+    return generic
+
+
+def _side_rows(cols: MetadataColumns, c: _Columns, out_row: np.ndarray | None) -> list[int]:
+    """The side-stream tables (registrations, producer ids, ACLs, quotas, SCRAM, tokens): their
+    records hold fields the row columns do not (a registration's endpoints, a quota's entities,
+    ...), so each row carries json, built from its column row's fields (column_fields) as the
+    generic codec's decoding would print, without decoding the bytes again. Returns the records
+    of extras rows, for the generic path."""
+    generic: list[int] = []
+    for name, fields_of in column_fields.BY_TABLE.items():
+        table = getattr(cols, name)
+        if not len(table):
+            continue
+        rows, out, extra = _pick(table, out_row)
         generic += extra
-        c.put("broker_id", out, b.broker_id[rows])
-        c.put("broker_epoch", out, b.broker_epoch[rows])
-        c.put("fenced", out, b.fenced[rows])
-        c.put("in_controlled_shutdown", out, b.in_controlled_shutdown[rows])
-        c.put("rack", out, _rows_of(blob_strings(b.broker_blob, b.rack_offsets, b.rack_null), rows))
+        rows = np.arange(len(table))[rows]
+        versions = cols.versions[table.record_index[rows]].tolist()
+        records = [MetadataRecord(record_type, version, fields) for (record_type, fields), version
+                   in zip((fields_of(table, row) for row in rows.tolist()), versions, strict=True)]
+        _put_rows(c, out, [_record_json(r) for r in records], [_typed_values(r.record_type, r.data) for r in records])
     return generic
 
 
@@ -571,8 +585,7 @@ def _typed_values(record_type: str, d: dict) -> dict:
 
 
 def _generic_rows(cols: MetadataColumns, c: _Columns, records: list[int], out_row: np.ndarray | None) -> None:
-    values: dict[str, list] = {}
-    json_values = []
+    typed, json_values = [], []
     for i in records:
         pos, length = int(cols.value_pos[i]), int(cols.value_len[i])
         try:
@@ -582,20 +595,25 @@ def _generic_rows(cols: MetadataColumns, c: _Columns, records: list[int], out_ro
             json_values.append(json.dumps({"type": "UNKNOWN", "apiKey": int(cols.api_keys[i]),
                                            "version": int(cols.versions[i]),
                                            "value": base64.b64encode(raw).decode("ascii")}))
-            typed = {}
+            typed.append({})
         else:
-            json_values.append(json.dumps(codec.to_json(record), separators=(",", ":")))
-            typed = _typed_values(record.record_type, record.data)
-        for name in ROW_NAMES:
-            if name in _GENERIC_TYPED:
-                values.setdefault(name, []).append(typed.get(name))
+            json_values.append(_record_json(record))
+            typed.append(_typed_values(record.record_type, record.data))
     rows = np.asarray(records, dtype=np.int64)
-    if out_row is not None:
-        rows = out_row[rows]
-    c.put("json", rows, pa.array(json_values, pa.string()))
-    for name, column in values.items():
+    _put_rows(c, rows if out_row is None else out_row[rows], json_values, typed)
+
+
+def _record_json(record: MetadataRecord) -> str:
+    return json.dumps(codec.to_json(record), separators=(",", ":"))
+
+
+def _put_rows(c: _Columns, out: np.ndarray, json_values: list[str], typed: list[dict]) -> None:
+    """Output rows ``out``: their json and the typed columns some of them have."""
+    c.put("json", out, pa.array(json_values, pa.string()))
+    for name in _GENERIC_TYPED:
+        column = [t.get(name) for t in typed]
         if any(v is not None for v in column):
-            c.put(name, rows, pa.array(column, _TYPES[name]))
+            c.put(name, out, pa.array(column, _TYPES[name]))
 
 
 _GENERIC_TYPED = frozenset(ROW_NAMES[6:-1])

@@ -113,7 +113,14 @@ class MetadataColumns:
         broker_changes: record_index, broker_id, broker_epoch, fenced int8 (-1 none, 0 unfence,
             1 fence), in_controlled_shutdown int8 (-1 none, 1 in controlled shutdown)
         broker_registrations: record_index, broker_id, broker_epoch, incarnation_id uint64[r,2],
-            fenced bool, in_controlled_shutdown bool, rack_offsets into broker_blob, rack_null bool
+            fenced bool, in_controlled_shutdown bool, is_migrating_zk_broker bool (False before v2),
+            rack_offsets into broker_blob, rack_null bool; three flat lists like
+            client_quotas.entity_end: endpoint_end into the endpoints (endpoint_name_offsets /
+            endpoint_host_offsets into broker_blob, endpoint_port uint16,
+            endpoint_security_protocol int16), feature_end into the features (feature_name_offsets
+            into broker_blob, feature_min_version / feature_max_version int16), log_dir_end into
+            log_dirs uint64[d,2] (empty before v3). Unknown tags, here or in an endpoint or a
+            feature, set extras.
         producer_ids: record_index, broker_id int32, broker_epoch int64, next_producer_id int64
         acls: record_index, acl_id uint64[r,2], removed bool (a RemoveAccessControlEntryRecord: its
             other columns 0 and empty), resource_type, pattern_type, operation, permission_type int8,

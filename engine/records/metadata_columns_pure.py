@@ -344,7 +344,12 @@ class _Tables:
         self.bchanges = {k: [] for k in ("record_index", "broker_id", "broker_epoch", "fenced",
                                          "in_controlled_shutdown", "extras")}
         self.regs = {k: [] for k in ("record_index", "broker_id", "broker_epoch", "incarnation_id", "fenced",
-                                     "in_controlled_shutdown", "rack", "rack_null", "extras")}
+                                     "in_controlled_shutdown", "is_migrating_zk_broker", "rack", "rack_null",
+                                     "endpoint_end", "feature_end", "log_dir_end", "extras")}
+        self.endpoints = {k: [] for k in ("endpoint_name", "endpoint_host", "endpoint_port",
+                                          "endpoint_security_protocol")}
+        self.broker_features = {k: [] for k in ("feature_name", "feature_min_version", "feature_max_version")}
+        self.log_dirs = []
         self.pids = {k: [] for k in ("record_index", "broker_id", "broker_epoch", "next_producer_id", "extras")}
         self.acls = {k: [] for k in ("record_index", "acl_id", "removed", "resource_type", "resource_name",
                                      "pattern_type", "principal", "host", "operation", "permission_type", "extras")}
@@ -658,47 +663,80 @@ def _body_broker_change(t, buf, p, end, version, i):
     return p
 
 
-def _skip_struct_array(buf, p, end, features, field):
-    start = p
-    n, p = _len(buf, p, end, False, field)
-    if n > end - p:
-        raise _Fail(start, field, "array count exceeds the bytes left in the record")
-    for _ in range(n):
-        _, _, p = _string(buf, p, end, False, field)
-        if not features:
-            _, _, p = _string(buf, p, end, False, field)
-        if end - p < 4:
-            raise _Fail(p, field, "runs past the end of the record")
-        p += 4
-        _, p = _skip_tags(buf, p, end)
-    return p
+_U16 = struct.Struct(">H")
+
+
+def _register_endpoints(t, buf, p, end):
+    """EndPoints []BrokerEndpoint into the flat endpoint list: (any unknown tags, next pos)."""
+    count, p, _ = _array(buf, p, end, 0, False, "EndPoints")
+    extras = False
+    e = t.endpoints
+    for _ in range(count):
+        name, p = _text(buf, p, end, "EndPoints.Name")
+        host, p = _text(buf, p, end, "EndPoints.Host")
+        port, p = _fixed(_U16, buf, p, end, "EndPoints.Port")
+        protocol, p = _fixed(_I16, buf, p, end, "EndPoints.SecurityProtocol")
+        tags, p = _skip_tags(buf, p, end)
+        extras = extras or tags > 0
+        for key, v in (("endpoint_name", name), ("endpoint_host", host), ("endpoint_port", port),
+                       ("endpoint_security_protocol", protocol)):
+            e[key].append(v)
+    return extras, p
+
+
+def _register_features(t, buf, p, end):
+    """Features []BrokerFeature into the flat feature list: (any unknown tags, next pos)."""
+    count, p, _ = _array(buf, p, end, 0, False, "Features")
+    extras = False
+    f = t.broker_features
+    for _ in range(count):
+        name, p = _text(buf, p, end, "Features.Name")
+        low, p = _fixed(_I16, buf, p, end, "Features.MinSupportedVersion")
+        high, p = _fixed(_I16, buf, p, end, "Features.MaxSupportedVersion")
+        tags, p = _skip_tags(buf, p, end)
+        extras = extras or tags > 0
+        for key, v in (("feature_name", name), ("feature_min_version", low), ("feature_max_version", high)):
+            f[key].append(v)
+    return extras, p
 
 
 def _body_register(t, buf, p, end, version, i):
+    """RegisterBrokerRecord v0-3 (layout in the native body_register); a repeated LogDirs tag
+    replaces the row's log dirs, as the generic codec keeps the last occurrence."""
     broker, p = _fixed(_I32, buf, p, end, "BrokerId")
+    zk = 0
     if version >= 2:
-        _, p = _fixed(_I8, buf, p, end, "IsMigratingZkBroker")
+        zk, p = _fixed(_I8, buf, p, end, "IsMigratingZkBroker")
     incarnation, p = _uuid(buf, p, end, "IncarnationId")
     epoch, p = _fixed(_I64, buf, p, end, "BrokerEpoch")
-    p = _skip_struct_array(buf, p, end, False, "EndPoints")
-    p = _skip_struct_array(buf, p, end, True, "Features")
+    endpoint_tags, p = _register_endpoints(t, buf, p, end)
+    feature_tags, p = _register_features(t, buf, p, end)
     n, at, p = _string(buf, p, end, True, "Rack")
     rack = None if n < 0 else bytes(buf[at:at + n])
     fenced, p = _fixed(_I8, buf, p, end, "Fenced")
     ics = 0
     if version >= 1:
         ics, p = _fixed(_I8, buf, p, end, "InControlledShutdown")
+    extras = endpoint_tags or feature_tags
+    first_dir = len(t.log_dirs)
     count, p = _tag_count(buf, p, end)
     for _ in range(count):
         tag_at = p
         tag, q, p = _tag(buf, p, end)
         if tag == 0 and version >= 3:
-            _, _, used = _array(buf, q, p, 16, False, "LogDirs")
+            n, at, used = _array(buf, q, p, 16, False, "LogDirs")
             _tag_done(used, p, tag_at, tag)
+            del t.log_dirs[first_dir:]
+            t.log_dirs.extend(_U64BE.unpack_from(buf, at + 16 * k) for k in range(n))
+        else:
+            extras = True
     r = t.regs
     for key, v in (("record_index", i), ("broker_id", broker), ("broker_epoch", epoch),
                    ("incarnation_id", incarnation), ("fenced", fenced != 0), ("in_controlled_shutdown", ics != 0),
-                   ("rack", rack or b""), ("rack_null", rack is None), ("extras", True)):
+                   ("is_migrating_zk_broker", zk != 0), ("rack", rack or b""), ("rack_null", rack is None),
+                   ("endpoint_end", len(t.endpoints["endpoint_name"])),
+                   ("feature_end", len(t.broker_features["feature_name"])), ("log_dir_end", len(t.log_dirs)),
+                   ("extras", extras)):
         r[key].append(v)
     return p
 
@@ -848,7 +886,26 @@ def _finish(t: _Tables) -> dict:
     e = t.fence
     b = t.bchanges
     r = t.regs
-    rack_off, rack_blob = _blob(r["rack"])
+    registrations = {
+        "record_index": np.array(r["record_index"], np.int32), "broker_id": np.array(r["broker_id"], np.int32),
+        "broker_epoch": np.array(r["broker_epoch"], np.int64), "incarnation_id": _ids(r["incarnation_id"]),
+        "fenced": _flags(r["fenced"]), "in_controlled_shutdown": _flags(r["in_controlled_shutdown"]),
+        "is_migrating_zk_broker": _flags(r["is_migrating_zk_broker"]), "rack_null": _flags(r["rack_null"]),
+        "extras": _flags(r["extras"]), "endpoint_end": np.array(r["endpoint_end"], np.int64),
+        "feature_end": np.array(r["feature_end"], np.int64), "log_dir_end": np.array(r["log_dir_end"], np.int64),
+        "endpoint_port": np.array(t.endpoints["endpoint_port"], np.uint16),
+        "endpoint_security_protocol": np.array(t.endpoints["endpoint_security_protocol"], np.int16),
+        "feature_min_version": np.array(t.broker_features["feature_min_version"], np.int16),
+        "feature_max_version": np.array(t.broker_features["feature_max_version"], np.int16),
+        "log_dirs": _ids(t.log_dirs)}
+    strings = {"rack": r["rack"], "endpoint_name": t.endpoints["endpoint_name"],
+               "endpoint_host": t.endpoints["endpoint_host"], "feature_name": t.broker_features["feature_name"]}
+    at = 0
+    for prefix, rows in strings.items():
+        offsets, blob = _blob(rows)
+        registrations[prefix + "_offsets"] = offsets + at
+        at += len(blob)
+    registrations["broker_blob"] = b"".join(b"".join(rows) for rows in strings.values())
     a = t.acls
     an_off, an_blob = _blob(a["resource_name"])
     pr_off, pr_blob = _blob(a["principal"])
@@ -922,12 +979,7 @@ def _finish(t: _Tables) -> dict:
                            "fenced": np.array(b["fenced"], np.int8),
                            "in_controlled_shutdown": np.array(b["in_controlled_shutdown"], np.int8),
                            "extras": _flags(b["extras"])},
-        "broker_registrations": {
-            "record_index": np.array(r["record_index"], np.int32), "broker_id": np.array(r["broker_id"], np.int32),
-            "broker_epoch": np.array(r["broker_epoch"], np.int64), "incarnation_id": _ids(r["incarnation_id"]),
-            "fenced": _flags(r["fenced"]), "in_controlled_shutdown": _flags(r["in_controlled_shutdown"]),
-            "rack_null": _flags(r["rack_null"]), "extras": _flags(r["extras"]),
-            "rack_offsets": rack_off, "broker_blob": rack_blob},
+        "broker_registrations": registrations,
         "producer_ids": {
             "record_index": np.array(t.pids["record_index"], np.int32),
             "broker_id": np.array(t.pids["broker_id"], np.int32),
