@@ -684,6 +684,10 @@ def test_real_controllers_a_stopped_standby_answers_stale_and_is_never_applied(t
         history = []  # cached epochs after every refresh
         try:
             await client.refresh(["base"], node=cluster.addresses[active])
+            # the standby must have replayed "base" before it is first stopped: else its stale
+            # answers name "base" too, and the test is about topics created while it is stopped
+            await _until(lambda: _answers_fresh(cluster.addresses[active], cluster.addresses[standby], "base"), 30,
+                         "the standby replayed the first topic")
             for round_ in range(5):
                 name = f"lag-{round_}"
                 os.kill(pid, signal.SIGSTOP)
@@ -745,6 +749,18 @@ async def _parked_fetch_answered(leader: ClientConnection, follower: int) -> boo
         timeout_s=10))
     last = next(v.last_fetch_ms for v in dq.voters if v.replica_id == follower)
     return last > 0 and sent_ms - last > FETCH_MAX_WAIT_MS + 50
+
+
+async def _answers_fresh(active, node, name: str) -> bool:
+    """Whether ``node`` answers for ``name`` from an image that replayed it: a probe client caches
+    the topic from the active controller, then asks ``node``, and sees no stale answer."""
+    probe = MetadataClient([active, node], learn_nodes=False, request_timeout_ms=5000)
+    try:
+        await probe.refresh([name], node=active)
+        await probe.refresh([name], node=node)
+        return probe.stats.answers_stale == 0
+    finally:
+        await probe.close()
 
 
 def _written_to(client: MetadataClient, address) -> bool:
