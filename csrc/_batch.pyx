@@ -570,6 +570,42 @@ def iter_records(buf, Py_ssize_t pos=0):
     return it
 
 
+def pass_through_count(buf):
+    """The record count of ``buf`` when it is exactly one batch the leader may append as the
+    client wrote it, else 0 (never raises on bad bytes: the caller unpacks, and that path names
+    the problem). The rule is batch_pure.pass_through_count's docstring."""
+    cdef Py_buffer view
+    cdef Hdr h
+    cdef Problem pr
+    cdef Fields f
+    cdef uchar *r
+    cdef int64_t i, p, n, max_ts
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        r = <uchar *>view.buf
+        if check_header(r, 0, view.len, True, &h, &pr) < 0:
+            return 0
+        n = KL_LOG_OVERHEAD + <int64_t>h.batch_length
+        if (n != view.len or h.attributes != 0 or h.record_count < 1 or h.last_offset_delta != h.record_count - 1
+                or h.producer_id != -1 or h.producer_epoch != -1 or h.base_sequence != -1):
+            return 0
+        p = KL_HEADER_SIZE
+        max_ts = INT64_MIN
+        for i in range(h.record_count):
+            if parse_record(r, p, n, h.base_timestamp, h.last_offset_delta, &f, &pr) < 0:
+                return 0
+            if f.offset_delta != i or f.key_len != -1 or f.value_len < 0 or f.header_count != 0:
+                return 0
+            if f.timestamp > max_ts:
+                max_ts = f.timestamp
+            p = f.next
+        if p != n or max_ts != h.max_timestamp:
+            return 0
+        return h.record_count
+    finally:
+        PyBuffer_Release(&view)
+
+
 # ---------------------------------------------------------------------------------------------
 # Columns
 

@@ -308,7 +308,8 @@ class RaftCore:
 
     def append(self, records: Sequence[bytes]) -> int:
         """Append one batch as the leader; returns its last offset. Committed once the high
-        watermark passes it; raises NotLeaderError on any other node."""
+        watermark passes it; raises NotLeaderError on any other node. ``records`` is values, or
+        a ClientBatch (raft/types.py) the log appends as written: the core only counts it."""
         if self._qs.role is not L:
             raise NotLeaderError(self.node_id, self.epoch, self.leader_id)
         now = self.clock.milliseconds()

@@ -68,11 +68,12 @@ from kraftlog.raft.wire import (
     PRODUCE_API,
     SIZE,
     BatchRun,
+    ClientBatch,
     WireFormatError,
     check_epochs,
+    client_records,
     encode_batches,
     error_of,
-    record_values,
     split_batches,
 )
 
@@ -343,8 +344,8 @@ def _offset_and_epoch(offset: int, epoch: int) -> OffsetAndEpoch | None:
 # ---- Produce (the kraftlog client API, served by the leader) --------------------------------------
 
 
-def decode_produce_request(frame) -> tuple[int, list[bytes]] | None:
-    """(correlation id, record values) of a Produce v10 request frame (no size prefix) for
+def decode_produce_request(frame) -> tuple[int, ClientBatch | list[bytes]] | None:
+    """(correlation id, records as wire.client_records gives them) of a Produce v10 request frame (no size prefix) for
     __cluster_metadata partition 0 in the shape above, else None (kio's path decides, and
     refuses other topics and partitions). Records that do not decode raise WireFormatError, as
     on kio's path."""
@@ -353,7 +354,7 @@ def decode_produce_request(frame) -> tuple[int, list[bytes]] | None:
         corr, records = _decode_produce_request(view)
     except (struct.error, IndexError, UnicodeDecodeError, UndecodableRecordError, _NotOurs):
         return None
-    return corr, record_values(records)
+    return corr, client_records(records)
 
 
 def _decode_produce_request(view: memoryview):

@@ -9,6 +9,7 @@ stands for "no node" in ids, exactly as on Kafka's wire.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import NamedTuple
@@ -121,3 +122,34 @@ class IllegalTransitionError(AssertionError):
 class SafetyViolationError(AssertionError):
     """The protocol was asked to do something that would break Raft safety (truncate below
     the high watermark, two leaders in one epoch, change a vote): a bug, fails loudly."""
+
+
+class ClientBatch(Sequence):
+    """A Produce's one record batch that the leader appends as the client wrote it (base offset
+    and partitionLeaderEpoch stamped by the log; neither is under the CRC) instead of unpacking
+    its values and building a new batch: batch.pass_through_count says which batches qualify
+    (build_batch_from_values' shape, CRC checked). A Sequence of the values, so the core, the
+    driver's queue and a log that keeps values (the simulator's MemLog) take it as any proposal;
+    the values are decoded only when one is asked for. ``raw`` is bytes (the log's zero-copy
+    append path takes bytes only); ``len`` is the record count."""
+
+    __slots__ = ("_values", "count", "raw")
+
+    def __init__(self, raw: bytes, count: int):
+        self.raw = raw
+        self.count = count
+        self._values: list[bytes] | None = None
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index):
+        if self._values is None:
+            # imported here: raft.types stays free of the codec for the core's importers; the
+            # values are only wanted by a log that keeps values (the simulator's MemLog)
+            from kraftlog.engine.records.batch import iter_records
+            self._values = [record.value for record in iter_records(self.raw)]
+        return self._values[index]
+
+    def __repr__(self) -> str:
+        return f"ClientBatch({self.count} records, {len(self.raw)} bytes)"

@@ -100,7 +100,7 @@ from kraftlog.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from kraftlog.raft.types import NO_EPOCH, NO_ID, Errors, LogBatch, OffsetAndEpoch, RaftError
+from kraftlog.raft.types import NO_EPOCH, NO_ID, ClientBatch, Errors, LogBatch, OffsetAndEpoch, RaftError
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_TOPIC_ID = uuid.UUID(int=1)  # Kafka's Uuid.METADATA_TOPIC_ID = Uuid(0, 1)
@@ -842,13 +842,25 @@ def produce_request(values: Sequence[bytes], *, timeout_ms: int) -> object:
                                                                                  partition_data=(part,)),))
 
 
-def produce_values(msg) -> list[bytes]:
-    """The record values of a Produce request for the metadata partition (CRC checked)."""
+def produce_values(msg) -> ClientBatch | list[bytes]:
+    """The records of a Produce request for the metadata partition (CRC checked), as the leader
+    proposes them (client_records)."""
     topics = msg.topic_data
     if topics is None or len(topics) != 1 or topics[0].partition_data is None or len(topics[0].partition_data) != 1 or topics[0].name != METADATA_TOPIC \
             or topics[0].partition_data[0].index != METADATA_PARTITION:
         raise WireFormatError("Produce must name __cluster_metadata partition 0, and nothing else")
-    return record_values(topics[0].partition_data[0].records)
+    return client_records(topics[0].partition_data[0].records)
+
+
+def client_records(records) -> ClientBatch | list[bytes]:
+    """A Produce request's records as the leader proposes them: a ClientBatch when they are one
+    batch it may append as written, else their values (record_values: compressed, several
+    batches, keys or headers, producer state... are unpacked and rebuilt, or refused)."""
+    if records:
+        count = batch_codec.pass_through_count(records)
+        if count:
+            return ClientBatch(bytes(records), count)
+    return record_values(records)
 
 
 def record_values(records) -> list[bytes]:

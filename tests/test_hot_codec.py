@@ -19,7 +19,7 @@ from kio.static.primitive import i32 as ki32
 from kraftlog.raft import hot_codec, wire
 from kraftlog.raft.aio.transport import check_request_lengths, check_response_lengths
 from kraftlog.raft.messages import Envelope, FetchRequest, FetchResponse
-from kraftlog.raft.types import Errors, LogBatch, OffsetAndEpoch
+from kraftlog.raft.types import ClientBatch, Errors, LogBatch, OffsetAndEpoch
 
 pytestmark = pytest.mark.twin  # records go through the native batch scanner (and its twin)
 
@@ -183,6 +183,13 @@ def kio_produce(frame: bytes):
     return rf.correlation_id, wire.produce_values(rf.body)
 
 
+def produce_read(result):
+    """A decoded Produce as compared here: (correlation id, the passed-through batch's bytes or
+    None when the values were unpacked, the values)."""
+    corr, records = result
+    return corr, records.raw if type(records) is ClientBatch else None, list(records)
+
+
 def produce_frame(values, corr: int = 3, client_id: str | None = "c", timeout_ms: int = 500) -> bytes:
     return wire.frame_request(0, 10, corr, client_id, wire.produce_request(values, timeout_ms=timeout_ms))[4:]
 
@@ -194,7 +201,10 @@ VALUES = st.lists(st.binary(max_size=300), min_size=1, max_size=8)
 @given(VALUES, st.integers(0, 2**31 - 1), text, st.integers(0, 2**31 - 1))
 def test_produce_requests_read_as_kio_reads_them(values, corr, client_id, timeout_ms):
     frame = produce_frame(values, corr, client_id, timeout_ms)
-    assert hot_codec.decode_produce_request(frame) == kio_produce(frame) == (corr, values)
+    read = produce_read(hot_codec.decode_produce_request(frame))
+    assert read == produce_read(kio_produce(frame))
+    assert read[0] == corr and read[2] == values
+    assert read[1] is not None and read[1] in frame  # the client's batch, to be appended as written
 
 
 @settings(max_examples=300, deadline=None)
@@ -227,7 +237,8 @@ def test_produce_in_other_shapes_goes_to_kio():
 @settings(max_examples=500, deadline=None)
 @given(VALUES, EDITS, st.integers(0, 1 << 16), st.booleans())
 def test_damaged_produce_requests_are_left_to_kio_or_read_as_kio_reads_them(values, edits, cut, truncate):
-    check_damaged(produce_frame(values), edits, cut, truncate, hot_codec.decode_produce_request, kio_produce)
+    check_damaged(produce_frame(values), edits, cut, truncate, hot_codec.decode_produce_request, kio_produce,
+                  same=produce_read)
 
 
 # ---- the client's side of Produce (RaftClient.propose) ----------------------------------------------
@@ -246,7 +257,8 @@ def test_client_produce_requests_are_kios_bytes(values, corr, client_id, timeout
     records = bytes(body.topic_data[0].partition_data[0].records)  # one build: a batch has timestamps
     frame = hot_codec.encode_produce_request(corr, client_id, records, timeout_ms)
     assert frame == wire.frame_request(0, 10, corr, client_id, body)
-    assert hot_codec.decode_produce_request(frame[4:]) == kio_produce(frame[4:]) == (corr, values)
+    assert produce_read(hot_codec.decode_produce_request(frame[4:])) == produce_read(kio_produce(frame[4:])) \
+        == (corr, records, values)
 
 
 @settings(max_examples=300, deadline=None)

@@ -61,7 +61,7 @@ def test_many_seeds_keep_every_invariant():
     if SEEDS >= 500:
         for what in ("leader_elected", "truncated", "snapshot_installed", "snapshot_loaded", "graceful",
                      "torn_tail", "kill_all", "wipe_observer", "partition", "asymmetric", "end_quorum", "isolate_leader",
-                     "prevote_rejected") + KIP392_PATHS:
+                     "prevote_rejected", "client_batch_appends") + KIP392_PATHS:
             assert coverage[what] > 0, f"no seed exercised {what}: {dict(coverage)}"
     if SEEDS >= 1000:
         # rare: an observer holding an uncommitted tail of an old leader meets a follower

@@ -246,7 +246,7 @@ def test_produce_request_carries_values_and_response_names_the_leader():
     assert struct.unpack_from(">hh", frame, 4) == (0, 10)
     rf = wire.parse_request(frame[4:])
     assert rf.body.acks == -1
-    assert wire.produce_values(rf.body) == [b"k1", b"", b"v" * 300]
+    assert list(wire.produce_values(rf.body)) == [b"k1", b"", b"v" * 300]
     resp = wire.frame_response(9, wire.produce_response(Errors.NOT_LEADER_OR_FOLLOWER, -1, 3, 7))
     corr, msg = wire.parse_response(resp[4:], wire.PRODUCE_API.response)
     assert corr == 9 and wire.produce_result(msg)[:4] == (Errors.NOT_LEADER_OR_FOLLOWER, -1, 3, 7)

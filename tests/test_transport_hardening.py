@@ -375,7 +375,7 @@ def test_a_produce_hot_codec_reads_skips_the_kio_guard_and_any_other_is_guarded(
     for transport_type, data, want in ((RaftTransport, frame, 0), (RaftTransport, _with_trailing(frame, b"\0"), 1),
                                        (Refusing, frame, 1)):
         server, taken[:], walked[:] = transport_type(1, {}), [], []
-        server.on_produce = lambda values, reply: taken.append(values)
+        server.on_produce = lambda values, reply: taken.append(list(values))
         conn = server._new_inbound()
         conn.transport = type("Sink", (), {"write": lambda self, data: None})()
         conn.data_received(data)

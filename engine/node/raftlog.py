@@ -7,6 +7,8 @@ batches v2 in the engine log (``kraftlog.engine.log.log.Log``):
     raft                                   engine log
     append_as_leader(values, epoch)        build_batch_from_values -> Log.append_as_leader (stamps
                                            offset + partitionLeaderEpoch)
+    append_as_leader(ClientBatch, epoch)   a Produce's batch as the client wrote it (raft/wire.py
+                                           ClientBatch) -> Log.append_as_leader, stamped the same way
     append_as_leader([lc], epoch, control) Kafka control batch: key (0, 2), value = LeaderChangeMessage
                                            v0 (engine.records.metadata.encode_control); the core's
                                            interim encoding (raft/control.py) is converted here
@@ -51,7 +53,7 @@ from kraftlog.engine.records.layout import BASE_OFFSET_OFFSET, LEADER_EPOCH_OFFS
 from kraftlog.errors import CorruptRecordError, UndecodableRecordError
 from kraftlog.raft.protocols import LogAppendInfo
 from kraftlog.raft.types import LogBatch, OffsetAndEpoch
-from kraftlog.raft.wire import BatchRun, encode_batches, leader_change_value, split_batches
+from kraftlog.raft.wire import BatchRun, ClientBatch, encode_batches, leader_change_value, split_batches
 
 # The largest run kept as the tail memo: what one commit or one small pipelined Fetch appends. A
 # follower's memo is a view of the Fetch answer it came in, so a bound keeps a catch-up's 8 MiB
@@ -97,6 +99,8 @@ class EngineRaftLog:
             if len(records) != 1:
                 raise ValueError("a control batch holds exactly one LeaderChange record")
             built = batch_codec.build_control_batch(batch_codec.CONTROL_LEADER_CHANGE, leader_change_value(records[0]))
+        elif type(records) is ClientBatch:  # a Produce's batch, appended as the client wrote it
+            built = records.raw
         else:
             built = batch_codec.build_batch_from_values(records)
         info = self.log.append_as_leader(built, epoch)

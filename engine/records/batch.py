@@ -8,6 +8,7 @@ Header layout: engine/records/layout.py; records layout: batch_pure's docstring.
     build_batch / build_batch_from_values / build_control_batch   -> bytes of one batch
     validate_batch(buf, pos)          header checks + CRC -> BatchHeader
     iter_records(buf, pos)            Record objects (slow path)
+    pass_through_count(buf)           records of one batch a leader appends as the client wrote it, else 0
     decode_columns(buf, pos)          one batch -> BatchColumns (numpy arrays, no per-record objects)
     decode_columns_many(buf, s, e)    every batch of a region -> one BatchColumns
     scan_batches(buf, s, e)           where the valid batches of a region end (log recovery)
@@ -53,6 +54,7 @@ build_batch_from_values = _impl.build_batch_from_values
 build_control_batch = _impl.build_control_batch
 validate_batch = _impl.validate_batch
 iter_records = _impl.iter_records
+pass_through_count = _impl.pass_through_count
 decode_columns = _impl.decode_columns
 decode_columns_many = _impl.decode_columns_many
 scan_batches = _impl.scan_batches
@@ -65,5 +67,5 @@ __all__ = [
     "IMPLEMENTATION", "MIN_RECORD_SIZE_BYTES", "MAX_INFLATED_BYTES", "TRANSACTIONAL_BIT",
     "BatchColumns", "BatchHeader", "Record", "ScanResult", "build_batch", "build_batch_from_values",
     "build_control_batch", "control_record_key", "decode_columns", "decode_columns_many", "iter_records",
-    "parse_control_record_key", "scan_batches", "split_headers", "validate_batch",
+    "parse_control_record_key", "pass_through_count", "scan_batches", "split_headers", "validate_batch",
 ]

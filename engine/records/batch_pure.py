@@ -351,6 +351,43 @@ def _parse_record(r, p: int, n: int, base_ts: int, last_delta: int) -> tuple:
     return end, ts, offset_delta, key_pos, key_len, value_pos, value_len, header_count, headers_pos
 
 
+def pass_through_count(buf) -> int:
+    """The record count of ``buf`` when it is exactly one batch the leader may append as the
+    client wrote it (a Produce's batch: raft/wire.py ClientBatch), else 0; never raises on bad
+    bytes (the caller then unpacks the values, and that path names the problem).
+
+    Passes: the whole buffer is one batch v2 (batchLength fills it, nothing after), its header
+    valid and its CRC right; attributes 0 (no compression, CreateTime, not transactional, not
+    control); producerId, producerEpoch and baseSequence -1 (no idempotent producer state, which
+    the log does not keep); recordCount >= 1 and lastOffsetDelta = recordCount - 1; every record
+    well formed with offsetDelta = its index, a null key, a non-null value and no headers; and
+    maxTimestamp = the largest record timestamp. That is the shape build_batch_from_values
+    writes, so a passed batch reads back as the same values the unpack path would store (the
+    timestamps are the client's, as Kafka keeps CreateTime). Base offset and partitionLeaderEpoch
+    are not checked: the log stamps both (neither is under the CRC)."""
+    view = memoryview(buf).cast("B")
+    n = view.nbytes
+    fields, code, _, _ = _check_header(view, 0, n, True)
+    if fields is None:
+        return 0
+    (_, length, _, _, _, attributes, last_delta, base_ts, max_ts, producer_id, producer_epoch,
+     base_sequence, count) = fields
+    if (LOG_OVERHEAD + length != n or attributes != 0 or count < 1 or last_delta != count - 1
+            or producer_id != -1 or producer_epoch != -1 or base_sequence != -1):
+        return 0
+    p, seen_ts = HEADER_SIZE, INT64_MIN
+    try:
+        for i in range(count):
+            p, ts, offset_delta, _, key_len, _, value_len, header_count, _ = _parse_record(view, p, n, base_ts,
+                                                                                        last_delta)
+            if offset_delta != i or key_len != -1 or value_len < 0 or header_count:
+                return 0
+            seen_ts = max(seen_ts, ts)
+    except _RecordProblem:
+        return 0
+    return count if p == n and seen_ts == max_ts else 0
+
+
 def _decode_headers(r, q: int, count: int) -> tuple:
     headers = []
     for _ in range(count):  # structure already checked by _parse_record

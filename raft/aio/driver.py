@@ -70,7 +70,7 @@ from dataclasses import dataclass
 from kraftlog.raft.messages import Envelope
 from kraftlog.raft.ready import StepFault, execute_ready, out_of_space, step_fault
 from kraftlog.raft.state import Role
-from kraftlog.raft.types import NO_ID, Errors, NotLeaderError
+from kraftlog.raft.types import NO_ID, ClientBatch, Errors, NotLeaderError
 
 log = logging.getLogger("kraftlog.raft.driver")
 
@@ -109,6 +109,12 @@ class _Waiter:
     last_offset: int
     epoch: int
     resolve: Resolver
+
+
+def _size_bytes(values: Sequence[bytes]) -> int:
+    """What a proposal adds to the queue's byte count: its values' bytes, or a Produce batch's
+    whole size (a few bytes a record more than its values; counting them would decode them)."""
+    return len(values.raw) if type(values) is ClientBatch else sum(len(v) for v in values)
 
 
 def _future_resolver(future: asyncio.Future) -> Resolver:
@@ -258,7 +264,7 @@ class RaftDriver:
             raise NotLeaderError(core.node_id, core.epoch, core.node_id)  # overloaded: try again later
         self._queued.append((values, resolve))
         self._queued_records += len(values)
-        self._queued_bytes += sum(len(v) for v in values)
+        self._queued_bytes += _size_bytes(values)
         cfg = self.config
         if self._queued_records >= cfg.max_batch_records or self._queued_bytes >= cfg.max_batch_bytes \
                 or cfg.linger_ms <= 0:
@@ -400,6 +406,16 @@ class RaftDriver:
         owners: list[tuple[int, Resolver]] = []  # (record count, resolver) in batch order
         size = 0
         for values, resolve in queued:
+            if type(values) is ClientBatch:
+                # a Produce's batch is appended as its own batch, as the client wrote it: merging
+                # it into the lingering values would unpack it (what ClientBatch saves). The queue
+                # bounds still held it (_enqueue), and a lone proposal above max_batch_records is
+                # one batch on either path
+                if batch:
+                    self._append_batch(batch, owners)
+                    batch, owners, size = [], [], 0
+                self._append_batch(values, [(len(values), resolve)])
+                continue
             if batch and (len(batch) + len(values) > cfg.max_batch_records
                           or size + sum(len(v) for v in values) > cfg.max_batch_bytes):
                 self._append_batch(batch, owners)
@@ -410,7 +426,7 @@ class RaftDriver:
         if batch:
             self._append_batch(batch, owners)
 
-    def _append_batch(self, records: list[bytes], owners: list[tuple[int, Resolver]]) -> None:
+    def _append_batch(self, records: Sequence[bytes], owners: list[tuple[int, Resolver]]) -> None:
         core = self.core
         try:
             last = core.append(records)

@@ -62,6 +62,8 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 
+from kraftlog.engine.records.batch import build_batch_from_values
+from kraftlog.raft import wire
 from kraftlog.raft.core import RaftConfig, RaftCore
 from kraftlog.raft.messages import (
     EndQuorumEpochRequest,
@@ -72,7 +74,7 @@ from kraftlog.raft.messages import (
 )
 from kraftlog.raft.ready import StepFault, execute_ready, out_of_space, step_fault
 from kraftlog.raft.state import Role
-from kraftlog.raft.types import NO_ID, Errors, LogBatch, NotLeaderError
+from kraftlog.raft.types import NO_ID, ClientBatch, Errors, LogBatch, NotLeaderError
 
 from .storage import FakeClock, MemLog, MemQuorumStore, MemSnapshotStore
 
@@ -453,6 +455,12 @@ class Simulation:
         for _ in range(count):
             self.append_counter += 1
             records.append(b"s%d-r%d" % (self.seed, self.append_counter))
+        if self.append_counter % 2:
+            # every other proposal as a client's Produce batch (raft/types.py ClientBatch), which the
+            # driver hands to the same core.append; MemLog keeps its values (no RNG draw: seeds replay)
+            records = wire.client_records(build_batch_from_values(records, timestamp_ms=self.append_counter))
+            assert type(records) is ClientBatch
+            self.coverage["client_batch_appends"] += 1
         try:
             last = node.core.append(records)
         except NotLeaderError:
