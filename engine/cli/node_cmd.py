@@ -265,11 +265,11 @@ def run_node(args: argparse.Namespace) -> int:
     import signal
     import sys
 
-    from kraftlog.engine.node.memory import keep_freed_buffers
+    from kraftlog.engine.node.memory import prefault_heap
     from kraftlog.engine.node.node import serve
 
     args = resolve(args)
-    keep_freed_buffers()  # 8 MiB Fetch answers from the heap, not fresh pages (engine/node/memory.py)
+    prefault_heap()  # 8 MiB Fetch answers from the heap's faulted pages, not fresh ones (engine/node/memory.py)
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` dumps every thread's stack to stderr
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format=f"%(asctime)s node{args.node_id} %(name)s %(levelname)s %(message)s")

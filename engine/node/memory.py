@@ -19,10 +19,22 @@ import ctypes
 import ctypes.util
 import os
 
+from kraftlog.raft.core import RaftConfig
+
 M_TRIM_THRESHOLD = -1  # glibc malloc.h
 M_MMAP_THRESHOLD = -3
+# what prefault_heap faults in at a node's start: a Fetch answer at fetch_max_bytes twice over
+# (a leader: the answer's frame; a follower: the buffer it receives the answer in, and its append)
+PREFAULT_BYTES = 2 * RaftConfig().fetch_max_bytes
 MMAP_THRESHOLD_BYTES = 32 << 20  # glibc's maximum on 64-bit (HEAP_MAX_SIZE / 2): above fetch_max_bytes
 TRIM_THRESHOLD_BYTES = 128 << 20
+
+
+def _libc():
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
 
 
 def is_glibc() -> bool:
@@ -36,12 +48,28 @@ def keep_freed_buffers() -> bool:
     """Apply the thresholds above; True if glibc took both."""
     if not is_glibc():
         return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    except OSError:
-        return False
+    libc = _libc()
     mallopt = getattr(libc, "mallopt", None)
     if mallopt is None:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1 and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) == 1
+
+
+def prefault_heap(size_bytes: int = PREFAULT_BYTES) -> bool:
+    """After keep_freed_buffers: grow the heap by ``size_bytes``, touch every page, free it. The
+    pages stay mapped at the heap's top (under TRIM_THRESHOLD_BYTES), so the first large buffers
+    (a leader's first Fetch answer to a far follower: its read copy and its frame, ~5 ms of page
+    faults for 8 MiB) come from memory already faulted in, not only the ones after a first free.
+    True if done (glibc with the thresholds applied, ``size_bytes`` under the mmap threshold)."""
+    if not 0 < size_bytes < MMAP_THRESHOLD_BYTES or not keep_freed_buffers():
+        return False
+    libc = _libc()
+    libc.malloc.argtypes, libc.malloc.restype = [ctypes.c_size_t], ctypes.c_void_p
+    libc.free.argtypes, libc.free.restype = [ctypes.c_void_p], None
+    block = libc.malloc(size_bytes)
+    if not block:
+        return False
+    ctypes.memset(block, 0, size_bytes)  # the touch that faults the pages in, once, here
+    libc.free(block)
+    return True

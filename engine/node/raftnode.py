@@ -45,7 +45,7 @@ import sys
 import zlib
 from collections.abc import Sequence
 
-from kraftlog.engine.node.memory import keep_freed_buffers
+from kraftlog.engine.node.memory import prefault_heap
 from kraftlog.engine.node.raftlog import EngineRaftLog, FileSnapshotStore
 from kraftlog.engine.protocol.connection import CLIENT_ID, ClientConnection, ClientError
 from kraftlog.engine.records import batch as batch_codec
@@ -436,7 +436,7 @@ async def _main(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    keep_freed_buffers()  # 8 MiB Fetch answers from the heap, not fresh pages (engine/node/memory.py)
+    prefault_heap()  # 8 MiB Fetch answers from the heap's faulted pages, not fresh ones (engine/node/memory.py)
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` dumps every thread's stack to stderr
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format=f"%(asctime)s node{args.node_id} %(name)s %(levelname)s %(message)s")
