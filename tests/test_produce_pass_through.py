@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kraftlog.engine.node.raftlog import EngineRaftLog, FileSnapshotStore
-from kraftlog.engine.node.raftnode import RaftClient, RaftNode, _produce_result
+from kraftlog.engine.node.raftnode import RaftClient, _produce_result
 from kraftlog.engine.protocol.connection import ClientConnection
 from kraftlog.engine.records import batch as batch_codec
 from kraftlog.engine.records import batch_pure
@@ -27,7 +27,7 @@ from kraftlog.engine.records.layout import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER
 from kraftlog.raft import hot_codec, wire
 from kraftlog.raft.aio.driver import DriverConfig
 from kraftlog.raft.types import ClientBatch
-from tests.test_raft_driver import FAST, _leader, _listening_sockets
+from tests.test_raft_driver import _leader, _started_nodes
 
 VALUES = st.lists(st.binary(max_size=200), min_size=1, max_size=6)
 TS_MS = 1_700_000_000_000
@@ -168,12 +168,7 @@ def test_a_client_batch_is_its_own_batch_between_lingering_proposals_and_kept_as
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
     async def scenario():
-        socks = _listening_sockets(3)
-        voters = {i + 1: ("127.0.0.1", s.getsockname()[1]) for i, s in enumerate(socks)}
-        nodes = [RaftNode(i, voters, str(tmp_path / f"n{i}"), cluster_id="t", config=FAST, seed=i,
-                          driver_config=DriverConfig(linger_ms=50)) for i in voters]
-        for node, s in zip(nodes, socks, strict=True):
-            await node.start(sock=s)
+        voters, nodes = await _started_nodes(tmp_path, DriverConfig(linger_ms=50))
         try:
             leader = await _leader(nodes)
             before = len(leader.log.read(0, 1 << 20))

@@ -237,6 +237,17 @@ def _listening_sockets(n: int) -> list[socket.socket]:
     return out
 
 
+async def _started_nodes(tmp_path, driver_config: DriverConfig) -> tuple[dict, list[RaftNode]]:
+    """Three RaftNodes (FAST timeouts, ``driver_config``) started on loopback listeners: (voters, nodes)."""
+    socks = _listening_sockets(3)
+    voters = {i + 1: ("127.0.0.1", s.getsockname()[1]) for i, s in enumerate(socks)}
+    nodes = [RaftNode(i, voters, str(tmp_path / f"n{i}"), cluster_id="t", config=FAST, seed=i,
+                      driver_config=driver_config) for i in voters]
+    for node, s in zip(nodes, socks, strict=True):
+        await node.start(sock=s)
+    return voters, nodes
+
+
 async def _leader(nodes, timeout_s: float = 10.0):
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout_s
@@ -252,12 +263,7 @@ def test_three_nodes_on_one_loop_elect_batch_and_commit(tmp_path):
     """Election, batched proposals (one appended batch for proposals queued in one loop
     iteration), commit on every node, NotLeaderError on followers, clean stop."""
     async def scenario():
-        socks = _listening_sockets(3)
-        voters = {i + 1: ("127.0.0.1", s.getsockname()[1]) for i, s in enumerate(socks)}
-        nodes = [RaftNode(i, voters, str(tmp_path / f"n{i}"), cluster_id="t", config=FAST, seed=i,
-                          driver_config=DriverConfig(linger_ms=5)) for i in voters]
-        for node, s in zip(nodes, socks, strict=True):
-            await node.start(sock=s)
+        voters, nodes = await _started_nodes(tmp_path, DriverConfig(linger_ms=5))
         try:
             leader = await _leader(nodes)
             followers = [n for n in nodes if n is not leader]
