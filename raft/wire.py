@@ -356,6 +356,12 @@ class BatchRun(Sequence):
                 _listed(self._positions), _listed(self._sizes), strict=True):
             yield make(view[at:at + size], base, epoch, count, bool(attributes & CONTROL_BIT))
 
+    def raws(self):
+        """Each batch's bytes (views), for a reader that needs nothing else of them: no WireBatch made."""
+        view = self._view
+        for at, size in zip(_listed(self._positions), _listed(self._sizes), strict=True):
+            yield view[at:at + size]
+
     def __eq__(self, other) -> bool:
         return isinstance(other, Sequence) and tuple(self) == tuple(other)
 
