@@ -203,11 +203,21 @@ def _decode_fetch_request(view: memoryview) -> tuple[int, FetchRequest]:
     pos = _byte(view, pos + _UUID_BYTES, 2)  # its topic id (ignored, as on kio's path), one partition
     _, leader_epoch, fetch_offset, last_epoch, log_start, partition_max_bytes = \
         _REQUEST_PARTITION.unpack_from(view, pos)
-    pos += _REQUEST_PARTITION.size
-    if view[pos] == 1:  # partition tags: only ReplicaDirectoryId (tag 0), which raft does not use
-        pos = _byte(view, _byte(view, pos + 1, 0), _UUID_BYTES) + _UUID_BYTES
+    cluster_id, replica_id, rack = _fetch_request_tail(bytes(view[pos + _REQUEST_PARTITION.size:]))
+    return corr, FetchRequest(cluster_id, replica_id, max_wait_ms, min(max_bytes, partition_max_bytes), leader_epoch,
+                              fetch_offset, last_epoch, log_start, rack)
+
+
+@functools.lru_cache(maxsize=64)
+def _fetch_request_tail(tail: bytes) -> tuple[str | None, int, str | None]:
+    """(cluster id, replica id, rack) from the bytes after a Fetch request's partition fields, to
+    the frame's end: the same bytes on every Fetch of one sender (encode_fetch_request's
+    _fetch_request_ends), so read once per sender. Raises _NotOurs (not cached) for any other shape."""
+    view = memoryview(tail)
+    if view[0] == 1:  # partition tags: only ReplicaDirectoryId (tag 0), which raft does not use
+        pos = _byte(view, _byte(view, 1, 0), _UUID_BYTES) + _UUID_BYTES
     else:
-        pos = _byte(view, pos, 0)
+        pos = _byte(view, 0, 0)
     pos = _byte(view, _byte(view, pos, 0), 1)  # topic tags, no forgotten topics
     rack_len, pos = _small_uvarint(view, pos)
     if rack_len == 0:
@@ -217,8 +227,7 @@ def _decode_fetch_request(view: memoryview) -> tuple[int, FetchRequest]:
     cluster_id, replica_id, pos = _fetch_request_tags(view, pos)
     if pos != len(view):
         raise _NotOurs  # trailing bytes: kio's path counts them
-    return corr, FetchRequest(cluster_id, replica_id, max_wait_ms, min(max_bytes, partition_max_bytes), leader_epoch,
-                              fetch_offset, last_epoch, log_start, rack or None)
+    return cluster_id, replica_id, rack or None
 
 
 def _fetch_request_tags(view: memoryview, pos: int) -> tuple[str | None, int, int]:
