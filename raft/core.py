@@ -1271,7 +1271,9 @@ class RaftCore:
         else:
             batches = resp.batches
             if batches:
-                if batches[0].base_offset != sent_end:
+                # a run (raft/wire.py BatchRun) says where it starts without making its first batch
+                first = getattr(batches, "base_offset", None)
+                if (batches[0].base_offset if first is None else first) != sent_end:
                     return
                 self.log.append_as_follower(batches, s.epoch)
                 self._flush = True

@@ -53,6 +53,7 @@ value. Values that fit in one varint byte (< 0x80) are the common case and read 
 
 from __future__ import annotations
 
+import functools
 import struct
 
 from kraftlog.engine.records.wire import decode_uvarint, encode_uvarint
@@ -116,27 +117,39 @@ def _compact_string(value: str) -> bytes:
 
 def encode_fetch_request(correlation_id: int, client_id: str | None, request: FetchRequest) -> bytes:
     """The whole frame (size prefix included) of ``request``: the bytes kio would write."""
+    client, tail = _fetch_request_ends(client_id, request.cluster_id, request.replica_id, request.rack)
+    payload = b"".join((
+        _KEY.pack(API_FETCH, FETCH_VERSION, correlation_id), client,
+        _REQUEST_FIXED.pack(request.max_wait_ms, 0, request.max_bytes, 0, 0, _DEFAULT_SESSION_EPOCH),
+        _ONE_TOPIC,
+        _REQUEST_PARTITION.pack(0, request.current_leader_epoch, request.fetch_offset, request.last_fetched_epoch,
+                                request.log_start_offset, request.max_bytes),
+        tail))
+    return SIZE.pack(len(payload)) + payload
+
+
+@functools.lru_cache(maxsize=64)
+def _fetch_request_ends(client_id: str | None, cluster_id: str | None, replica_id: int,
+                        rack: str | None) -> tuple[bytes, bytes]:
+    """(client id and header tags, everything after the partition) of a Fetch request: the same
+    bytes on every Fetch a follower sends (only the offsets, epochs and correlation id move), so
+    made once per sender rather than once a commit."""
     if client_id is None:
         client = b"\xff\xff"
     else:
         data = client_id.encode()
         client = _I16.pack(len(data)) + data
     tags = []
-    if request.cluster_id is not None:
-        value = _compact_string(request.cluster_id)
+    if cluster_id is not None:
+        value = _compact_string(cluster_id)
         tags.append(b"\x00" + encode_uvarint(len(value)) + value)
-    if request.replica_id != NO_ID:  # ReplicaState{ReplicaId, ReplicaEpoch -1}; its default is (-1, -1)
-        tags.append(b"\x01\x0d" + _REPLICA_STATE.pack(request.replica_id, -1, 0))
-    payload = b"".join((
-        _KEY.pack(API_FETCH, FETCH_VERSION, correlation_id), client, b"\x00",
-        _REQUEST_FIXED.pack(request.max_wait_ms, 0, request.max_bytes, 0, 0, _DEFAULT_SESSION_EPOCH),
-        _ONE_TOPIC,
-        _REQUEST_PARTITION.pack(0, request.current_leader_epoch, request.fetch_offset, request.last_fetched_epoch,
-                                request.log_start_offset, request.max_bytes),
+    if replica_id != NO_ID:  # ReplicaState{ReplicaId, ReplicaEpoch -1}; its default is (-1, -1)
+        tags.append(b"\x01\x0d" + _REPLICA_STATE.pack(replica_id, -1, 0))
+    tail = b"".join((
         b"\x00\x00\x01",  # partition tags, topic tags, no forgotten topics
-        _compact_string(request.rack or ""),
+        _compact_string(rack or ""),
         encode_uvarint(len(tags)), *tags))
-    return SIZE.pack(len(payload)) + payload
+    return client + b"\x00", tail  # the header's tags (none) end the client part
 
 
 def decode_fetch_request(frame) -> tuple[int, int, FetchRequest] | None:
@@ -190,11 +203,21 @@ def _decode_fetch_request(view: memoryview) -> tuple[int, FetchRequest]:
     pos = _byte(view, pos + _UUID_BYTES, 2)  # its topic id (ignored, as on kio's path), one partition
     _, leader_epoch, fetch_offset, last_epoch, log_start, partition_max_bytes = \
         _REQUEST_PARTITION.unpack_from(view, pos)
-    pos += _REQUEST_PARTITION.size
-    if view[pos] == 1:  # partition tags: only ReplicaDirectoryId (tag 0), which raft does not use
-        pos = _byte(view, _byte(view, pos + 1, 0), _UUID_BYTES) + _UUID_BYTES
+    cluster_id, replica_id, rack = _fetch_request_tail(bytes(view[pos + _REQUEST_PARTITION.size:]))
+    return corr, FetchRequest(cluster_id, replica_id, max_wait_ms, min(max_bytes, partition_max_bytes), leader_epoch,
+                              fetch_offset, last_epoch, log_start, rack)
+
+
+@functools.lru_cache(maxsize=64)
+def _fetch_request_tail(tail: bytes) -> tuple[str | None, int, str | None]:
+    """(cluster id, replica id, rack) from the bytes after a Fetch request's partition fields, to
+    the frame's end: the same bytes on every Fetch of one sender (encode_fetch_request's
+    _fetch_request_ends), so read once per sender. Raises _NotOurs (not cached) for any other shape."""
+    view = memoryview(tail)
+    if view[0] == 1:  # partition tags: only ReplicaDirectoryId (tag 0), which raft does not use
+        pos = _byte(view, _byte(view, 1, 0), _UUID_BYTES) + _UUID_BYTES
     else:
-        pos = _byte(view, pos, 0)
+        pos = _byte(view, 0, 0)
     pos = _byte(view, _byte(view, pos, 0), 1)  # topic tags, no forgotten topics
     rack_len, pos = _small_uvarint(view, pos)
     if rack_len == 0:
@@ -204,8 +227,7 @@ def _decode_fetch_request(view: memoryview) -> tuple[int, FetchRequest]:
     cluster_id, replica_id, pos = _fetch_request_tags(view, pos)
     if pos != len(view):
         raise _NotOurs  # trailing bytes: kio's path counts them
-    return corr, FetchRequest(cluster_id, replica_id, max_wait_ms, min(max_bytes, partition_max_bytes), leader_epoch,
-                              fetch_offset, last_epoch, log_start, rack or None)
+    return cluster_id, replica_id, rack or None
 
 
 def _fetch_request_tags(view: memoryview, pos: int) -> tuple[str | None, int, int]:

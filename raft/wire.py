@@ -320,13 +320,21 @@ class WireBatch(LogBatch):
 
 class BatchRun(Sequence):
     """Consecutive whole record batches v2 in one buffer, as a sequence of WireBatch made on
-    demand. The header fields sit in arrays from one native scan, so a caller that takes batches
+    demand. The header fields sit in rows from one native scan, so a caller that takes batches
     in bulk (raft's deliveries, a Fetch answer, a follower's append) builds no per-batch object:
-    ``take`` counts what fits, ``raw`` is the bytes of all of them, ``[:k]`` a shorter run."""
+    ``take`` counts what fits, ``raw`` is the bytes of all of them, ``[:k]`` a shorter run.
+
+    Invariant: the six rows are lists when the run holds at most SMALL_RUN_BATCHES batches and
+    numpy arrays when it holds more (``_rows`` keeps it). A commit's run is one small batch, and
+    every reader walks a short run as a Python loop: lists spare it six numpy row views and the
+    ``tolist()`` calls each reader made of them (numpy's fixed cost is ~1 us an operation)."""
 
     __slots__ = ("_view", "_bases", "_counts", "_epochs", "_attributes", "_positions", "_sizes")
 
     def __init__(self, view, bases, counts, epochs, attributes, positions, sizes):
+        if type(bases) is not list or len(bases) > SMALL_RUN_BATCHES:  # split_batches' short rows are lists already
+            bases, counts, epochs, attributes, positions, sizes = _rows(bases, counts, epochs, attributes, positions,
+                                                                        sizes)
         self._view, self._bases, self._counts, self._epochs = view, bases, counts, epochs
         self._attributes, self._positions, self._sizes = attributes, positions, sizes
 
@@ -344,9 +352,15 @@ class BatchRun(Sequence):
     def __iter__(self):
         view, make = self._view, WireBatch.of
         for base, epoch, count, attributes, at, size in zip(
-                self._bases.tolist(), self._epochs.tolist(), self._counts.tolist(), self._attributes.tolist(),
-                self._positions.tolist(), self._sizes.tolist(), strict=True):
+                _listed(self._bases), _listed(self._epochs), _listed(self._counts), _listed(self._attributes),
+                _listed(self._positions), _listed(self._sizes), strict=True):
             yield make(view[at:at + size], base, epoch, count, bool(attributes & CONTROL_BIT))
+
+    def raws(self):
+        """Each batch's bytes (views), for a reader that needs nothing else of them: no WireBatch made."""
+        view = self._view
+        for at, size in zip(_listed(self._positions), _listed(self._sizes), strict=True):
+            yield view[at:at + size]
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Sequence) and tuple(self) == tuple(other)
@@ -358,8 +372,7 @@ class BatchRun(Sequence):
         """The bytes of every batch of the run (a view: no copy)."""
         if not len(self._bases):
             return self._view[0:0]
-        start = int(self._positions[0])
-        return self._view[start:int(self._positions[-1] + self._sizes[-1])]
+        return self._view[int(self._positions[0]):int(self._positions[-1] + self._sizes[-1])]
 
     @property
     def base_offset(self) -> int:
@@ -371,30 +384,45 @@ class BatchRun(Sequence):
 
     @property
     def record_count(self) -> int:
-        if len(self._counts) <= SMALL_RUN_BATCHES:  # a numpy reduction costs more than a short list's sum
-            return sum(self._counts.tolist())
+        if type(self._counts) is list:
+            return sum(self._counts)
         return int(self._counts.sum())
 
     @property
-    def epochs(self) -> np.ndarray:
+    def epochs(self) -> list[int] | np.ndarray:
+        """The batches' partition leader epochs: a list for a short run, an array for a long one."""
         return self._epochs
 
     @property
-    def counts(self) -> np.ndarray:
+    def counts(self) -> list[int] | np.ndarray:
+        """The batches' record counts: a list for a short run, an array for a long one."""
         return self._counts
 
     def take(self, end_offset: int, max_batches: int, max_records: int) -> int:
         """How many leading batches end at or below ``end_offset``, at most ``max_batches``, taking
         batches while fewer than ``max_records`` records were taken before each."""
-        if len(self._bases) <= SMALL_RUN_BATCHES:
-            return _take_loop(self._bases.tolist(), self._counts.tolist(), end_offset, max_batches, max_records)
+        if type(self._bases) is list:
+            return _take_loop(self._bases, self._counts, end_offset, max_batches, max_records)
         return self._take_vectorised(end_offset, max_batches, max_records)
 
     def _take_vectorised(self, end_offset: int, max_batches: int, max_records: int) -> int:
-        ends = self._bases + self._counts
+        bases, counts = np.asarray(self._bases), np.asarray(self._counts)
+        ends = bases + counts
         k = min(int(np.searchsorted(ends, end_offset, side="right")), max_batches)
-        before = np.cumsum(self._counts[:k]) - self._counts[:k]
+        before = np.cumsum(counts[:k]) - counts[:k]
         return int(np.searchsorted(before, max_records, side="left"))
+
+
+def _rows(*rows) -> tuple:
+    """BatchRun's rows in the shape its invariant asks: lists up to SMALL_RUN_BATCHES batches,
+    arrays above (a short slice of a long run's arrays becomes lists, a long list arrays)."""
+    if len(rows[0]) <= SMALL_RUN_BATCHES:
+        return tuple(_listed(row) for row in rows)
+    return tuple(row if type(row) is np.ndarray else np.asarray(row, dtype=np.int64) for row in rows)
+
+
+def _listed(row) -> list[int]:
+    return row if type(row) is list else row.tolist()
 
 
 def _take_loop(bases: list, counts: list, end_offset: int, max_batches: int, max_records: int) -> int:
@@ -418,8 +446,9 @@ def split_batches(buf, *, what: str = "records") -> BatchRun:
     view = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf
     headers = batch_codec.split_headers(view)  # one pass; None: the scan below names the problem
     if headers is not None:
-        bases, counts, epochs, attributes, positions, sizes = headers
-        return BatchRun(view, bases, counts, epochs, attributes, positions, sizes)
+        # a commit's answer (one small batch): the rows as lists in one tolist() call, not six
+        # numpy row views that BatchRun would turn into lists one by one (its invariant)
+        return BatchRun(view, *(headers.tolist() if headers.shape[1] <= SMALL_RUN_BATCHES else headers))
     scan = batch_codec.scan_batches(view, 0, len(view), verify_crc=False)
     if scan.error_position is not None:
         raise CorruptRecordError(f"{what}: {scan.error_reason}", position=scan.error_position)

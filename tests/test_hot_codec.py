@@ -292,3 +292,15 @@ def test_damaged_produce_answers_are_left_to_kio_or_read_as_kio_reads_them(error
                                                                            truncate):
     frame = hot_codec.encode_produce_response(9, error, base, 1, 2, message)[4:]
     check_damaged(frame, edits, cut, truncate, hot_codec.decode_produce_response, kio_produce_answer)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2**31 - 1), st.integers(0, 2**62), st.integers(0, 2**31 - 1)),
+                min_size=2, max_size=5))
+def test_a_followers_successive_fetches_are_kios_bytes(moves):
+    """A follower's Fetch requests differ only in correlation id, offsets and epochs; the bytes
+    made once per sender (_fetch_request_ends) still give kio's frame for each of them."""
+    for corr, offset, epoch in moves:
+        request = FetchRequest("cluster-x", 2, 500, 8 << 20, epoch, offset, epoch, offset // 2, "rack-a")
+        assert hot_codec.encode_fetch_request(corr, "raft-2", request) == \
+            wire.encode_request_envelope(Envelope(2, 1, corr, request), "raft-2")

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from raft_sim.storage import MemLog
 
 from kraftlog.engine.node.raftlog import EngineRaftLog, FileSnapshotStore
-from kraftlog.engine.node.raftnode import RaftClient, RaftNode
+from kraftlog.engine.node.raftnode import CountingStateMachine, RaftClient, RaftNode
 from kraftlog.engine.records import batch as batch_codec
 from kraftlog.engine.records.layout import SMALL_RUN_BATCHES
 from kraftlog.errors import CorruptRecordError
@@ -257,6 +257,29 @@ async def _leader(nodes, timeout_s: float = 10.0):
             return leaders[0]
         await asyncio.sleep(0.01)
     raise AssertionError("no leader elected")
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.binary(max_size=40), min_size=1, max_size=5), min_size=1, max_size=SMALL_RUN_BATCHES + 8),
+       st.integers(0, 1 << 40), st.data())
+def test_the_counting_machine_reads_a_run_as_its_batches(values, base, data):
+    """CountingStateMachine.handle_commit_run (a CommitRun, no WireBatch made) ends in the state
+    handle_commit of each batch reaches: records, next offset and digest, for short and long runs."""
+    parts, offset = [], base
+    for vs in values:
+        parts.append(batch_codec.build_batch_from_values(vs, base_offset=offset, timestamp_ms=1))
+        offset += len(vs)
+    run = wire.split_batches(b"".join(parts))
+    cut = data.draw(st.integers(0, len(run)))
+    by_run, by_batch = CountingStateMachine(), CountingStateMachine()
+    for piece in (run[:cut], run[cut:]):
+        if len(piece):  # a CommitRun is never empty (raft/core.py _deliver takes k > 0 batches)
+            by_run.handle_commit_run(piece)
+    for batch in run:
+        by_batch.handle_commit(batch)
+    assert (by_run.records, by_run.next_offset, by_run.digest) == \
+        (by_batch.records, by_batch.next_offset, by_batch.digest) == (by_batch.records, offset, by_batch.digest)
+    assert by_run.records == sum(map(len, values)) and by_run.digest != 0
 
 
 def test_three_nodes_on_one_loop_elect_batch_and_commit(tmp_path):

@@ -19,6 +19,7 @@ from kio.schema.leader_change_message.v0.data import LeaderChangeMessage
 from kio.serial import entity_reader
 
 from kraftlog.engine.records import batch as batch_codec
+from kraftlog.engine.records.layout import SMALL_RUN_BATCHES
 from kraftlog.engine.records.metadata import decode_control
 from kraftlog.errors import CorruptRecordError
 from kraftlog.raft import wire
@@ -434,3 +435,65 @@ def _split_by_scan(buf) -> list[list[int]]:
         raise CorruptRecordError("broken", position=0)
     return [bases, counts, scan.partition_leader_epochs.tolist(), scan.attributes.tolist(), scan.positions.tolist(),
             scan.size_bytes.tolist()]
+
+
+def _header_of(batch: wire.WireBatch) -> tuple:
+    """What a WireBatch says without decoding its records (a generated buffer's CRC may be broken)."""
+    return batch.base_offset, batch.epoch, len(batch.records), batch.control, bytes(batch.raw)
+
+
+def _run_on_arrays(run: wire.BatchRun) -> wire.BatchRun:
+    """``run`` with its rows as numpy arrays whatever its length: the long-run code path, which the
+    list rows of a short run (BatchRun's invariant) must agree with."""
+    import numpy as np
+
+    ref = object.__new__(wire.BatchRun)
+    ref._view = run._view
+    for name in ("_bases", "_counts", "_epochs", "_attributes", "_positions", "_sizes"):
+        setattr(ref, name, np.asarray(getattr(run, name), dtype=np.int64))
+    return ref
+
+
+@settings(max_examples=300, deadline=None)
+@given(batch_buffers(), st.data())
+def test_short_run_on_lists_reads_as_the_array_path(buf, data):
+    """A short run (a commit's one small batch) keeps its rows as lists: every read of it (batches,
+    bytes, offsets, counts, take, slices) gives what the same rows as numpy arrays give."""
+    try:
+        run = wire.split_batches(buf)
+    except CorruptRecordError:
+        return
+    if len(run) > SMALL_RUN_BATCHES:
+        assert all(type(getattr(run, row)) is not list for row in ("_bases", "_counts", "_sizes"))
+        return
+    assert type(run._bases) is list and type(run._sizes) is list
+    ref = _run_on_arrays(run)
+    assert [_header_of(b) for b in run] == [_header_of(b) for b in ref] and len(run) == len(ref)
+    assert bytes(run.raw) == bytes(ref.raw) == buf
+    if not len(run):
+        return
+    assert (run.base_offset, run.next_offset, run.record_count) == (ref.base_offset, ref.next_offset,
+                                                                    ref.record_count)
+    assert list(run.epochs) == ref.epochs.tolist() and list(run.counts) == ref.counts.tolist()
+    k = data.draw(st.integers(0, len(run) - 1))
+    assert _header_of(run[k]) == _header_of(ref[k])
+    start, stop = data.draw(st.integers(0, len(run))), data.draw(st.integers(0, len(run)))
+    assert bytes(run[start:stop].raw) == bytes(ref[start:stop].raw)
+    end = data.draw(st.integers(run.base_offset - 1, run.next_offset + 1))
+    most_batches, most_records = data.draw(st.integers(0, len(run) + 1)), data.draw(st.integers(0, 200))
+    assert run.take(end, most_batches, most_records) == ref.take(end, most_batches, most_records)
+
+
+def test_a_short_slice_of_a_long_run_holds_lists():
+    """A long run keeps arrays; a slice of it down to SMALL_RUN_BATCHES batches holds lists (the
+    invariant every short-run reader relies on), and reads the same batches."""
+    n = SMALL_RUN_BATCHES + 3
+    buf = b"".join(batch_codec.build_batch_from_values([b"v%d" % i], base_offset=i, timestamp_ms=1)
+                   for i in range(n))
+    run = wire.split_batches(buf)
+    assert len(run) == n and type(run._bases) is not list
+    short = run[2:2 + SMALL_RUN_BATCHES]
+    assert type(short._bases) is list and type(short._positions) is list
+    assert list(short) == list(run)[2:2 + SMALL_RUN_BATCHES] and [_header_of(b) for b in short] == \
+        [_header_of(b) for b in run][2:2 + SMALL_RUN_BATCHES]
+    assert (short.base_offset, short.next_offset, short.record_count) == (2, 2 + SMALL_RUN_BATCHES, SMALL_RUN_BATCHES)

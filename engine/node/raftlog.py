@@ -118,7 +118,7 @@ class EngineRaftLog:
             bad = (np.diff(run_epochs, prepend=last_epoch) < 0) | (run_epochs > epoch) | (batches.counts <= 0)
             first_bad = int(bad.argmax()) if bad.any() else -1
         else:
-            pairs = zip(run_epochs.tolist(), batches.counts.tolist(), strict=True) if run_epochs is not None \
+            pairs = zip(run_epochs, batches.counts, strict=True) if run_epochs is not None \
                 else ((b.epoch, len(b.records)) for b in batches)
             first_bad = -1
             for k, (batch_epoch, count) in enumerate(pairs):

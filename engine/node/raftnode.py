@@ -49,6 +49,7 @@ from kraftlog.engine.node.memory import prefault_heap
 from kraftlog.engine.node.raftlog import EngineRaftLog, FileSnapshotStore
 from kraftlog.engine.protocol.connection import CLIENT_ID, ClientConnection, ClientError
 from kraftlog.engine.records import batch as batch_codec
+from kraftlog.engine.records.layout import ATTRIBUTES_OFFSET
 from kraftlog.raft import hot_codec, wire
 from kraftlog.raft.aio.driver import DriverConfig, MonotonicClock, RaftDriver
 from kraftlog.raft.aio.quorum_file import QuorumStateFile
@@ -109,7 +110,17 @@ class CountingStateMachine:
         self.next_offset = batch.next_offset
         raw = getattr(batch, "raw", None)
         if raw is not None:
-            self.digest = zlib.crc32(raw[21:], self.digest)  # attributes..end: what the batch CRC covers
+            self.digest = zlib.crc32(raw[ATTRIBUTES_OFFSET:], self.digest)  # what the batch CRC covers
+
+    def handle_commit_run(self, run: wire.BatchRun) -> None:
+        """``handle_commit`` of each batch of ``run`` (raft/ready.py CommitRun), from its header rows
+        and bytes: a commit's deliveries make no WireBatch on any node."""
+        digest = self.digest
+        for raw in run.raws():
+            digest = zlib.crc32(raw[ATTRIBUTES_OFFSET:], digest)
+        self.digest = digest
+        self.records += run.record_count
+        self.next_offset = run.next_offset
 
     def handle_leader_change(self, leader_id: int, epoch: int) -> None:
         self.leader = (leader_id, epoch)
