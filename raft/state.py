@@ -138,17 +138,19 @@ class QuorumState:
     """Holds the current NodeState and enforces the transition table on every change.
 
     ``election_dirty`` is set when the persisted ElectionState changed and not yet handed out
-    for persistence (the core puts it in the next Ready and clears the flag).
+    for persistence (the core puts it in the next Ready and clears the flag). It starts set:
+    the initial state is written once, unless ``initial_durable`` says the store already reads
+    back as it (raft/core.py: a fresh node unattached in epoch 0, whose store is empty).
     """
 
-    def __init__(self, node_id: int, voters: frozenset[int], initial: NodeState):
+    def __init__(self, node_id: int, voters: frozenset[int], initial: NodeState, *, initial_durable: bool = False):
         self.node_id = node_id
         self.voters = voters
         self.is_observer = node_id not in voters
         if self.is_observer and initial.role not in OBSERVER_ROLES:
             raise IllegalTransitionError(f"an observer cannot start as {initial.role.value}")
         self.current = initial
-        self.election_dirty = True
+        self.election_dirty = not initial_durable
         self.persisted = initial.election(voters)
         self._serial = 0
 

@@ -452,6 +452,25 @@ def test_restart_after_leading_starts_resigned_and_never_votes_in_that_epoch():
     assert not only(h.request(2, vote(2, 4, 9, 99)).messages, VoteResponse).body.vote_granted
 
 
+def test_a_fresh_node_writes_no_quorum_state_until_it_learns_an_epoch_then_before_its_first_fetch():
+    """A node whose store is empty starts unattached in epoch 0 without a write (the empty store
+    reads back as that state); the epoch a leader announces is persisted in the Ready that sends
+    its first Fetch, before it leaves. A node with a stored state, or a log past epoch 0, writes
+    its initial state as before."""
+    h = Harness(node_id=3)
+    assert h.ready().election is None and h.quorum.writes == 0 and h.quorum.state is None
+    stored_when_sent = []
+    h.send = lambda envelope: stored_when_sent.append((type(envelope.body), h.quorum.state))
+    r = h.request(1, BeginQuorumEpochRequest(CLUSTER, 3, 1, 2))
+    assert r.election == ElectionState(2, 1, NO_ID, frozenset({1, 2, 3})) and h.quorum.writes == 1
+    assert only(r.messages, FetchRequest).body.current_leader_epoch == 2
+    assert (FetchRequest, r.election) in stored_when_sent  # the epoch was durable before the Fetch left
+
+    for stored, log in ((ElectionState(0, voters=frozenset({1, 2, 3})), None), (None, log_with((2, 1)))):
+        h = Harness(node_id=3, stored=stored, log=log)
+        assert h.ready().election is not None and h.quorum.writes == 1
+
+
 def test_follower_appends_fetched_batches_and_learns_the_high_watermark():
     h = Harness(node_id=2, stored=ElectionState(1, 1, NO_ID, frozenset({1, 2, 3})))
     req = only(h.ready().messages, FetchRequest)
