@@ -1,7 +1,7 @@
 """The snapshot store: snapshots of the metadata image in one LMDB environment per log dir.
 
 Layout of the databases, keys, manifest, chunks and index blobs: layout.py. Design, concurrency
-and the numbers: docs/ARCHITECTURE.md, "Snapshots (engine/snapshot)".
+and the numbers: docs/arch/snapshots.md.
 
 A snapshot is written in ONE LMDB write transaction (chunks, index tables, manifest, and the
 retention deletes), so it becomes visible whole or not at all: a process killed mid-write leaves
