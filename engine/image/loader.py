@@ -542,11 +542,9 @@ class _Context:
 
     def client_quota(self, q, row: int) -> None:
         """A ClientQuotaRecord: its entities are a slice of the table's flat entity list."""
-        blob, names, null = q.entity_blob, q.entity_name_offsets, q.entity_name_null
-        entity = [(_blob_text(blob, q.entity_type_offsets, e), None if null[e] else _blob_text(blob, names, e))
-                  for e in column_fields.entries(q.entity_end, row)]
-        self.delta.replay_client_quota(entity, _blob_text(q.key_blob, q.key_offsets, row), float(q.value[row]),
-                                       bool(q.remove[row]))
+        _, fields = column_fields.client_quota(q, row)
+        entity = [(e["EntityType"], e["EntityName"]) for e in fields["Entity"]]
+        self.delta.replay_client_quota(entity, fields["Key"], fields["Value"], fields["Remove"])
 
     client_quota.table = "client_quotas"
 
