@@ -59,10 +59,12 @@ def _first_buffer_faults(how: str) -> tuple[str, int]:
     return done, int(faults)
 
 
-@pytest.mark.skipif(not is_glibc(), reason="glibc's malloc only")
 def test_first_large_buffer_does_not_fault_after_prefault_heap():
     plain_done, plain_faults = _first_buffer_faults("plain")
     done, faults = _first_buffer_faults("prefault")
+    if not is_glibc():  # the thresholds are glibc's: elsewhere both do nothing, and say so
+        assert (plain_done, done) == ("False", "False")
+        return
     assert (plain_done, done) == ("True", "True")
     # 8 MiB of 4 KiB pages is 2,048 faults (fewer with huge pages); prefaulted, next to none
     assert plain_faults >= 4 * max(faults, 1), (plain_faults, faults)
