@@ -515,6 +515,74 @@ def test_a_pass_ends_after_a_piece_of_a_backlog(monkeypatch):
     asyncio.run(scenario())
 
 
+def test_a_backlog_piece_waits_for_a_half_read_answer(monkeypatch):
+    """While a peer's answer is half read, the backlog's next piece waits (the timer looks again
+    every receive_wait_ms) until the answer is whole, which ends the wait at once (its read's pass
+    runs), or until receive_hold_max_ms have passed (a peer that sends slowly holds it back no
+    longer than that)."""
+    from kraftlog.raft.aio import driver as driver_module
+    from kraftlog.raft.ready import Commit, Ready
+
+    now_ns = [5_000_000_000]
+    monkeypatch.setattr(driver_module, "time", type("Clock", (), {"monotonic_ns": staticmethod(lambda: now_ns[0])}))
+
+    class Core:
+        node_id, role, epoch, leader_id = 1, Role.FOLLOWER, 1, 2
+        polls = 0
+
+        def poll(self):
+            self.polls += 1
+            return Ready(None, False, (), (Commit(object()),), 0)  # a backlog: poll again at once
+
+    class Listener:
+        def handle_commit(self, batch):
+            pass
+
+    class Channel:
+        on_envelope = on_produce = None
+        receiving = True
+
+        def send(self, envelope):
+            raise AssertionError("nothing to send")
+
+        def receiving_response(self):
+            return self.receiving
+
+    async def scenario():
+        core, channel = Core(), Channel()
+        driver = driver_module.RaftDriver(core, log=None, quorum_store=None, snapshots=None,
+                                          listener=Listener(), channel=channel)
+        driver._loop = asyncio.get_running_loop()
+        try:
+            driver._pass()
+            assert core.polls == 1 and driver._timer_at_ms == 5_001
+            # the answer is still half read: each look re-arms the timer and polls nothing
+            for _ in range(5):
+                now_ns[0] += 1_000_000
+                driver._timer_fired()
+            assert core.polls == 1 and driver._timer_at_ms == 5_006
+            # the answer is whole: the next look runs the piece
+            channel.receiving = False
+            now_ns[0] += 1_000_000
+            driver._timer_fired()
+            assert core.polls == 2
+            # a peer that sends slowly: a piece ends while its answer is half read, and the next
+            # waits receive_hold_max_ms, not longer
+            channel.receiving = True
+            now_ns[0] += 1_000_000
+            driver._timer_fired()
+            assert core.polls == 3
+            held_from_ms = now_ns[0] // 1_000_000
+            while core.polls == 3:
+                now_ns[0] += 1_000_000
+                driver._timer_fired()
+            assert now_ns[0] // 1_000_000 - held_from_ms == driver.config.receive_hold_max_ms
+        finally:
+            driver._timer.cancel()
+
+    asyncio.run(scenario())
+
+
 def test_a_read_s_messages_are_acted_on_at_the_read_s_end():
     """Wake-ups: every message of one transport read is stepped before one poll, run at the read's
     end (on_read_done) without waiting for another loop iteration when no other callback of this

@@ -30,8 +30,9 @@ flush when no election state changes, runs of commits to the listener in bulk.
 A wake-up never holds the loop for long: it stops polling ``pass_budget_ms`` after its first
 Ready is acted on (or after ``polls_per_run_max`` Readies), and right after a Ready that
 delivered a piece of a committed backlog (the core asks to be polled again at once); it runs
-again in the next loop iteration, after the sockets have been read, or ``receive_wait_ms`` later
-while a peer's answer is half read (the loop reads the rest as it comes and steps it at once).
+again in the next loop iteration, after the sockets have been read, or, while a peer's answer is
+half read, once that answer is whole (the loop reads the rest as it comes and steps it at once;
+``receive_hold_max_ms`` at most).
 So a node applying a long backlog (a restart, a far follower, a 100,000-record fencing) keeps
 answering Fetches and votes meanwhile, a far follower reads its next Fetch answer between two
 pieces of replay, and the core's per-poll delivery bounds (``deliveries_max_batches``,
@@ -93,10 +94,13 @@ class DriverConfig:
     # a backlog ends it sooner (see the module docstring)
     pass_budget_ms: int = 4
     # a pass that left delivery pieces for later while a peer's answer is half read (a Fetch
-    # answer of megabytes arrives in reads of the socket buffer, ~2 MiB) runs the next piece this
-    # much later, not in the next loop iteration: the loop reads the answer as it comes meanwhile
-    # and steps it at once (a piece of replay between two reads made a catch-up ~20% slower)
+    # answer of megabytes arrives in reads of the socket buffer, ~2 MiB) holds the next piece
+    # back until the answer is whole, looking again every receive_wait_ms: the loop reads the
+    # answer as it comes meanwhile and steps it at once (a piece of replay, ~2 ms, between two
+    # reads stalls the leader's socket writes: a far follower's catch-up ran ~10% slower). A
+    # peer that sends slowly holds the backlog back receive_hold_max_ms at most
     receive_wait_ms: int = 1
+    receive_hold_max_ms: int = 20
 
 
 # resolve((base offset, last offset), None) once committed, or resolve(None, NotLeaderError)
@@ -166,6 +170,7 @@ class RaftDriver:
         if hasattr(channel, "on_produce"):
             channel.on_produce = self._on_read_produce if in_read else self.on_produce
         self._receiving: Callable[[], bool] = getattr(channel, "receiving_response", lambda: False)
+        self._held_since_ms = 0  # when the backlog's next piece began to wait for a half-read answer
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -307,7 +312,19 @@ class RaftDriver:
     def _timer_fired(self) -> None:
         self._timer = None
         self._timer_at_ms = -1
+        if self._held_since_ms and self._hold_piece():
+            return
         self._run()
+
+    def _hold_piece(self) -> bool:
+        """Whether the backlog's next piece waits on (a peer's answer is still half read, for less
+        than receive_hold_max_ms): the timer then looks again receive_wait_ms later."""
+        now_ms = time.monotonic_ns() // 1_000_000
+        cfg = self.config
+        if self._receiving() and now_ms - self._held_since_ms < cfg.receive_hold_max_ms:
+            self._arm_timer(now_ms + cfg.receive_wait_ms)
+            return True
+        return False
 
     def _run(self) -> None:
         self._scheduled = False
@@ -332,6 +349,7 @@ class RaftDriver:
             self.on_fatal(exc)
 
     def _pass(self) -> None:
+        self._held_since_ms = 0
         if self._linger_due:
             self._append_queued()
         ready = None
@@ -367,11 +385,12 @@ class RaftDriver:
             log.info("node %d: %s(epoch %d) -> %s(epoch %d, leader %d)", core.node_id, before[0].value, before[1],
                      after[0].value, after[1], after[2])
         # out of time with work left: the timer fires in the next loop iteration, after the sockets
-        # (later while an answer is half read: see DriverConfig.receive_wait_ms)
+        # (once the answer is whole while one is half read: see DriverConfig.receive_wait_ms)
         if not out_of_time:
             self._arm_timer(ready.next_poll_ms)
         elif self._receiving():
-            self._arm_timer(now_ns // 1_000_000 + self.config.receive_wait_ms)
+            self._held_since_ms = now_ns // 1_000_000
+            self._arm_timer(self._held_since_ms + self.config.receive_wait_ms)
         else:
             self._arm_timer(0)
 
