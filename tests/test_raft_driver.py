@@ -519,7 +519,7 @@ def test_a_backlog_piece_waits_for_a_half_read_answer(monkeypatch):
     """While a peer's answer is half read, the backlog's next piece waits (the timer looks again
     every receive_wait_ms) until the answer is whole, which ends the wait at once (its read's pass
     runs), or until receive_hold_max_ms have passed (a peer that sends slowly holds it back no
-    longer than that)."""
+    longer than that); also when the answer began to arrive after the last piece's pass ended."""
     from kraftlog.raft.aio import driver as driver_module
     from kraftlog.raft.ready import Commit, Ready
 
@@ -566,14 +566,15 @@ def test_a_backlog_piece_waits_for_a_half_read_answer(monkeypatch):
             now_ns[0] += 1_000_000
             driver._timer_fired()
             assert core.polls == 2
-            # a peer that sends slowly: a piece ends while its answer is half read, and the next
-            # waits receive_hold_max_ms, not longer
+            # that pass ended with no answer under way (the next piece due in the next loop
+            # iteration); an answer begins to arrive before the timer fires: the piece waits too,
+            # and from a peer that sends slowly receive_hold_max_ms, not longer
+            assert driver._timer_at_ms == 0
             channel.receiving = True
-            now_ns[0] += 1_000_000
-            driver._timer_fired()
-            assert core.polls == 3
             held_from_ms = now_ns[0] // 1_000_000
-            while core.polls == 3:
+            driver._timer_fired()
+            assert core.polls == 2 and driver._timer_at_ms == held_from_ms + 1
+            while core.polls == 2:
                 now_ns[0] += 1_000_000
                 driver._timer_fired()
             assert now_ns[0] // 1_000_000 - held_from_ms == driver.config.receive_hold_max_ms

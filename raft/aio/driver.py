@@ -170,7 +170,8 @@ class RaftDriver:
         if hasattr(channel, "on_produce"):
             channel.on_produce = self._on_read_produce if in_read else self.on_produce
         self._receiving: Callable[[], bool] = getattr(channel, "receiving_response", lambda: False)
-        self._held_since_ms = 0  # when the backlog's next piece began to wait for a half-read answer
+        self._piece_due = False  # the armed timer continues a pass cut short (a backlog's next piece)
+        self._held_since_ms = 0  # when that piece began to wait for a half-read answer (0: it has not)
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -312,19 +313,23 @@ class RaftDriver:
     def _timer_fired(self) -> None:
         self._timer = None
         self._timer_at_ms = -1
-        if self._held_since_ms and self._hold_piece():
+        if self._piece_due and self._hold_piece():
             return
         self._run()
 
     def _hold_piece(self) -> bool:
-        """Whether the backlog's next piece waits on (a peer's answer is still half read, for less
-        than receive_hold_max_ms): the timer then looks again receive_wait_ms later."""
+        """Whether the backlog's next piece waits (a peer's answer is half read, and has held it
+        back for less than receive_hold_max_ms): the timer then looks again receive_wait_ms later."""
+        if not self._receiving():
+            return False
         now_ms = time.monotonic_ns() // 1_000_000
+        if not self._held_since_ms:
+            self._held_since_ms = now_ms
         cfg = self.config
-        if self._receiving() and now_ms - self._held_since_ms < cfg.receive_hold_max_ms:
-            self._arm_timer(now_ms + cfg.receive_wait_ms)
-            return True
-        return False
+        if now_ms - self._held_since_ms >= cfg.receive_hold_max_ms:
+            return False
+        self._arm_timer(now_ms + cfg.receive_wait_ms)
+        return True
 
     def _run(self) -> None:
         self._scheduled = False
@@ -349,6 +354,7 @@ class RaftDriver:
             self.on_fatal(exc)
 
     def _pass(self) -> None:
+        self._piece_due = False
         self._held_since_ms = 0
         if self._linger_due:
             self._append_queued()
@@ -388,7 +394,9 @@ class RaftDriver:
         # (once the answer is whole while one is half read: see DriverConfig.receive_wait_ms)
         if not out_of_time:
             self._arm_timer(ready.next_poll_ms)
-        elif self._receiving():
+            return
+        self._piece_due = True
+        if self._receiving():
             self._held_since_ms = now_ns // 1_000_000
             self._arm_timer(self._held_since_ms + self.config.receive_wait_ms)
         else:
