@@ -40,7 +40,7 @@ class Writeback:
             return True
 
     def wait(self) -> None:
-        """Return once no writeback runs (tests; ``close``)."""
+        """Return once no writeback runs (tests)."""
         running = self._running
         if running is not None:
             running.result()
