@@ -62,6 +62,23 @@ def test_the_flush_fsyncs_itself_whatever_the_writeback_did(tmp_path, monkeypatc
         log.close()
 
 
+def test_no_writeback_once_the_interpreter_shuts_down(tmp_path, monkeypatch):
+    """An append at interpreter shutdown (a node's last flush in an atexit hook) must not fail
+    because no thread may start any more: the writeback is skipped, the append stands."""
+    import concurrent.futures.thread as executor_thread
+
+    monkeypatch.setattr(executor_thread, "_shutdown", True)  # what interpreter shutdown sets
+    log = Log(tmp_path / "log", WRITEBACK)
+    try:
+        for i in range(8):
+            log.append_as_follower(batch(i))
+        assert log._writeback.started == 0
+        log.flush()
+        assert log.last_flushed_offset == 8
+    finally:
+        log.close()
+
+
 def test_a_vanished_file_is_nothing_to_write(tmp_path):
     writeback_module._sync_quietly(str(tmp_path / "gone.log"))  # no error: the file is not there
     path = tmp_path / "here.log"

@@ -35,7 +35,10 @@ class Writeback:
                 return False
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kraftlog-writeback")
-            self._running = self._executor.submit(_sync_quietly, path)
+            try:
+                self._running = self._executor.submit(_sync_quietly, path)
+            except RuntimeError:  # the interpreter is shutting down: no new threads, and no need
+                return False
             self.started += 1
             return True
 
