@@ -263,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commits", type=int, default=1500, help="traced sequential commits (default 1500)")
     parser.add_argument("--out", default=None, help="keep perf's data and text here (default: a temp dir)")
     args = parser.parse_args(argv)
+    if args.commits < 1:
+        parser.error(f"--commits must be at least 1, got {args.commits}")
     perf = shutil.which("perf")
     if perf is None:
         print("perf not installed (Debian: apt-get install linux-perf)", file=sys.stderr)

@@ -89,3 +89,12 @@ def test_two_followers_commit_without_the_leaders_flush():
     per_segment, commits, leader_last = tc.segments(calls)
     assert (commits, leader_last) == (1, 0)
     assert per_segment["commit point -> Produce answer"] == [pytest.approx(950 - 725, abs=0.5)]
+
+
+def test_without_perf_or_with_no_commits_it_says_so_in_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(tc.shutil, "which", lambda name: None)
+    assert tc.main(["--commits", "5"]) == 2
+    assert capsys.readouterr().err.strip() == "perf not installed (Debian: apt-get install linux-perf)"
+    with pytest.raises(SystemExit) as exit_info:
+        tc.main(["--commits", "0"])
+    assert exit_info.value.code == 2 and "--commits must be at least 1" in capsys.readouterr().err
