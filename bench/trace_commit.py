@@ -23,6 +23,9 @@ from the client's Produce to its answer, and the median of every segment is prin
     commit point -> Produce answer      the commit point is the second of (leader fdatasync end, the
                                         followers' Fetches sent): a majority holds the record
     answer -> client read
+    majority held by the leader's       commits whose two followers had sent their Fetches before the
+      fdatasync                         leader's own fdatasync ended: the leader's loop, blocked in
+                                        it, read them only then (how long, and how often)
 
 Messages are told apart by their sizes (each kind has one size in this workload: the most common
 size of its syscall on its process). The raw ``perf script`` text stays in ``--out``.
@@ -124,6 +127,9 @@ SEGMENTS = (
     "follower read -> log write", "follower write -> fdatasync", "follower fdatasync",
     "follower fdatasync -> Fetch sent", "commit point -> Produce answer", "answer -> client read",
     "total: client send -> client read",
+    # both followers' Fetches were sent (a majority holds the record) before the leader's own
+    # fdatasync ended: the leader's loop, blocked in it, read them only then (n = such commits)
+    "majority held by the leader's fdatasync",
 )
 
 
@@ -212,6 +218,9 @@ def _add_segments(commit: _Commit, out: dict[str, list[float]]) -> bool:
     add("commit point -> Produce answer", answer.start_s - point)
     add("answer -> client read", commit.client_read.end_s - answer.start_s)
     add("total: client send -> client read", commit.client_read.end_s - commit.send.start_s)
+    last_fetch_s = max(f_send.end_s for *_, f_send in commit.followers)
+    if last_fetch_s < fsync.end_s:
+        add("majority held by the leader's fdatasync", fsync.end_s - last_fetch_s)
     return point == fsync.end_s
 
 
@@ -221,7 +230,7 @@ def report(per_segment: dict[str, list[float]], commits: int, leader_last: int) 
     for name in SEGMENTS:
         v = per_segment[name]
         if v:
-            lines.append(f"  {name:36s} p50 {statistics.median(v):7.0f}   mean {statistics.mean(v):7.0f}   n {len(v)}")
+            lines.append(f"  {name:40s} p50 {statistics.median(v):7.0f}   mean {statistics.mean(v):7.0f}   n {len(v)}")
     return "\n".join(lines)
 
 

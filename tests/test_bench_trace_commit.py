@@ -65,6 +65,7 @@ def test_one_commit_is_cut_into_its_segments():
         "commit point -> Produce answer": [75],  # from follower-a's Fetch (625), the second end
         "answer -> client read": [90],
         "total: client send -> client read": [690],
+        "majority held by the leader's fdatasync": [],  # its flush ended before both Fetches
     }
     assert "1 commits followed" in tc.report(per_segment, commits, leader_last)
 
@@ -89,6 +90,8 @@ def test_two_followers_commit_without_the_leaders_flush():
     per_segment, commits, leader_last = tc.segments(calls)
     assert (commits, leader_last) == (1, 0)
     assert per_segment["commit point -> Produce answer"] == [pytest.approx(950 - 725, abs=0.5)]
+    # the two Fetches were in at 725; the leader's loop sat in its fdatasync until 900
+    assert per_segment["majority held by the leader's fdatasync"] == [pytest.approx(900 - 725, abs=0.5)]
 
 
 def test_without_perf_or_with_no_commits_it_says_so_in_one_line(monkeypatch, capsys):
