@@ -78,7 +78,7 @@ class RaftConfig:
     """Timeouts and limits (Kafka's controller.quorum.* defaults)."""
 
     election_timeout_ms: int = 1000  # randomized in [t, 2t)
-    election_backoff_max_ms: int = 1000  # after a lost election, before asking again
+    election_backoff_max_ms: int = 1000  # after a lost or split election, before asking again
     fetch_timeout_ms: int = 2000
     request_timeout_ms: int = 2000
     retry_backoff_ms: int = 20
@@ -642,8 +642,8 @@ class RaftCore:
         if pre_vote and lost and s.leader_id not in (NO_ID, self.node_id):
             self._become_follower(s.epoch, s.leader_id, now)
             return
-        if not pre_vote and lost and s.backoff_until_ms < 0:
-            s.backoff_until_ms = now + self.rng.randrange(0, self.config.election_backoff_max_ms + 1)
+        if not pre_vote and lost:
+            self._back_off(s, now)
         if now >= s.deadline_ms or (s.backoff_until_ms >= 0 and now >= s.backoff_until_ms):
             if s.role is P and s.leader_id not in (NO_ID, self.node_id):
                 self._become_follower(s.epoch, s.leader_id, now)
@@ -657,6 +657,14 @@ class RaftCore:
         for v in self.voters:
             if v != self.node_id and v not in s.granted and v not in s.rejected and self._can_send(VoteRequest, v):
                 self._send(v, _with_voter(request, v), now, pre_vote)
+
+    def _back_off(self, s: NodeState, now: int) -> None:
+        """A candidate that cannot win this round asks again (pre-vote first) after a random
+        0..election_backoff_max_ms instead of its whole election timeout: of two split candidates
+        one then asks first and the other grants it (Kafka's election.backoff.max.ms, "helps
+        prevent gridlocked elections")."""
+        if s.backoff_until_ms < 0:
+            s.backoff_until_ms = now + self.rng.randrange(0, self.config.election_backoff_max_ms + 1)
 
     def _poll_follower(self, s: NodeState, now: int) -> None:
         if now >= s.deadline_ms:
@@ -879,6 +887,12 @@ class RaftCore:
             return reply(True)
         free = s.voted_id == NO_ID and s.leader_id == NO_ID and s.role in (U, P)
         if not free:
+            if s.role is C:
+                # Only a candidate of our epoch asks for a vote in it: the vote is split between
+                # us. With the remaining voter silent (the dead leader, typically: the two
+                # survivors' fetch timeouts expire together) neither can win nor lose, and the
+                # round would last until a candidate's election timeout: back off instead.
+                self._back_off(s, now)
             return reply(False)
         self._transition(NodeState(V, s.epoch, voted_id=cid, deadline_ms=now + self._election_timeout()), now)
         reply(True)

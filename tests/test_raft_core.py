@@ -194,6 +194,30 @@ def test_election_timeout_leads_through_pre_vote_to_leader_and_leader_change_rec
         Harness(node_id=2).core.append([b"x"])
 
 
+def test_a_candidate_asked_by_a_candidate_of_its_epoch_backs_off_and_asks_again():
+    """Split vote: node 1 stands in epoch 1 and node 2, a candidate of epoch 1 too, asks for its
+    vote. Node 1 refuses (it voted for itself), learns the round cannot be won while node 3 stays
+    silent, and asks again (a pre-vote, same epoch) after at most election_backoff_max_ms, not
+    after its election timeout (>= election_timeout_ms); the pre-vote from the other candidate is
+    granted meanwhile, so whichever asks first wins the next epoch."""
+    h = Harness()
+    h.ready()
+    r = h.advance(250)
+    pre = {m.destination: m for m in r.messages if isinstance(m.body, VoteRequest)}
+    h.core.step(Envelope(2, 1, pre[2].correlation_id, VoteResponse(Errors.NONE, NO_ID, 0, True, True)))
+    h.ready()
+    assert h.core.role is Role.CANDIDATE and h.core.epoch == 1
+    split_at = h.clock.now_ms
+    r = h.request(2, vote(2, 1, 0, 0))
+    assert not only(r.messages, VoteResponse).body.vote_granted
+    assert only(h.request(2, vote(2, 1, 0, 0, pre_vote=True)).messages, VoteResponse).body.vote_granted
+    assert CONFIG.election_backoff_max_ms < CONFIG.election_timeout_ms
+    h.clock.now_ms = split_at + CONFIG.election_backoff_max_ms
+    r = h.ready()
+    assert h.core.role is Role.PROSPECTIVE and h.core.epoch == 1
+    assert {m.destination for m in r.messages if isinstance(m.body, VoteRequest) and m.body.pre_vote} == {2, 3}
+
+
 def test_a_single_voter_elects_itself_in_one_poll_and_commits():
     h = Harness(voters=(1,))
     deliveries = list(h.ready().deliveries)

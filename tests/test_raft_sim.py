@@ -17,9 +17,10 @@ import collections
 import os
 
 import pytest
-from raft_sim.cluster import SimFailure, Simulation, StateMachine, run_seed
+from raft_sim.cluster import SIM_CONFIG, SimFailure, Simulation, StateMachine, run_seed
 
 from kraftlog.raft.core import RaftCore
+from kraftlog.raft.state import Role
 from kraftlog.raft.types import LogBatch
 
 SEEDS = int(os.environ.get("KRAFTLOG_SIM_SEEDS", "2000"))
@@ -141,3 +142,52 @@ def test_storage_faults_and_stalls_are_decided_and_exercised():
         coverage.update(run_seed(seed).coverage)
     for what in ("io_error_stop", "disk_full", "follower_disk_full", "leader_disk_full_resign", "stall", "slow_apply"):
         assert coverage[what] > 0, f"no seed exercised {what}: {dict(coverage)}"
+
+
+def _kill_the_leader_right_after_a_commit(seed: int):
+    """Three voters, no faults, every message 1 ms: elect, commit one proposal, and SIGKILL the
+    leader as soon as both followers hold its high watermark. Both learnt it from Fetch answers
+    the leader sent together, so both fetch timeouts (fixed, as Kafka's) expire in the same
+    millisecond: raft.failover_ratio's slow samples, made certain. Returns the simulation, the
+    kill time and (time, node) of the next election."""
+    sim = Simulation(seed, voters=3, observers=0)
+    sim.faults_on, sim.calm_delay_ms = False, (1, 1)
+    for node in sim.nodes.values():
+        sim.start(node)
+
+    def leader():
+        return next((n for n in sim.nodes.values() if n.alive and n.core.role is Role.LEADER), None)
+
+    assert sim.advance(3000, lambda: leader() is not None and leader().core.high_watermark > 0), sim.trace[-20:]
+    old = leader()
+    last = old.core.append([b"before the kill"])
+    sim.run_node(old)
+    followers = [n for n in sim.nodes.values() if n is not old]
+    assert sim.advance(sim.clock.now_ms + 1000, lambda: all(f.core.high_watermark > last for f in followers))
+    killed_at = sim.clock.now_ms
+    sim.kill(old, torn_tail=False)
+    assert sim.advance(killed_at + 5000, lambda: leader() is not None), sim.trace[-40:]
+    return sim, killed_at, (sim.clock.now_ms, leader().id)
+
+
+def test_a_split_vote_after_the_leader_dies_is_settled_within_the_election_backoff():
+    """The two survivors' fetch timeouts fire together, each grants the other's pre-vote, both
+    stand in the same epoch and each refuses the other: a split that the dead voter can never
+    break. A candidate asked for a vote by another candidate of its own epoch knows it is split
+    and backs off a random 0..election_backoff_max_ms, so the next leader is elected long before
+    a candidate's election timeout (>= election_timeout_ms) would have ended the round."""
+    e, backoff_ms = SIM_CONFIG.election_timeout_ms, SIM_CONFIG.election_backoff_max_ms
+    settled_ms = []
+    for seed in range(20):
+        sim, killed_at, (elected_at, _) = _kill_the_leader_right_after_a_commit(seed)
+        first_epoch = min(epoch for t, _, role, epoch in sim.transitions if t > killed_at and role is Role.CANDIDATE)
+        split = {(node, t) for t, node, role, epoch in sim.transitions
+                 if t > killed_at and role is Role.CANDIDATE and epoch == first_epoch}
+        assert len({node for node, _ in split}) == 2, f"seed {seed}: no split vote: {sim.trace[-30:]}"
+        split_at = max(t for _, t in split)
+        # the candidates' requests cross in 1 ms; then the first to end its backoff asks for a
+        # pre-vote and a vote (4 ms of round trips)
+        settled_ms.append(elected_at - split_at)
+        assert elected_at - split_at < e, (
+            f"seed {seed}: split at {split_at} ms, leader only at {elected_at} ms: {sim.trace[-30:]}")
+    assert max(settled_ms) <= backoff_ms + 5, settled_ms
