@@ -879,6 +879,13 @@ class RaftCore:
         s = self._qs.current
         up_to_date = (req.last_offset_epoch, req.last_offset) >= (self.log.last_fetched_epoch(), self.log.end_offset())
         if req.pre_vote:
+            if s.role is P and req.replica_id in s.rejected:
+                # It refused our pre-vote, and now asks for one itself: it no longer follows the
+                # leader it refused us for (KIP-996's check: a follower that fetched rejects), so
+                # ask it again. Else, when the survivor with the longer log timed out first, each
+                # refuses the other (one still following, the other behind), and the round lasts
+                # until a prospective's election timeout plus another fetch timeout.
+                s.rejected.discard(req.replica_id)
             return reply(up_to_date and self._grants_pre_vote(s))
         if not up_to_date:
             return reply(False)

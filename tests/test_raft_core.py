@@ -218,6 +218,31 @@ def test_a_candidate_asked_by_a_candidate_of_its_epoch_backs_off_and_asks_again(
     assert {m.destination for m in r.messages if isinstance(m.body, VoteRequest) and m.body.pre_vote} == {2, 3}
 
 
+def test_a_prospective_asks_again_a_voter_that_refused_it_while_following_and_now_asks_itself():
+    """Node 1 holds the leader's last record, node 2 does not. Node 1's fetch timeout ends first:
+    node 2, still following (it fetched since), refuses its pre-vote. Then node 2 times out and
+    asks node 1, which refuses (node 2's log is behind) and, since node 2 no longer follows
+    anyone, asks it again at once; node 2 grants and node 1 stands. Without the second ask both
+    would wait out a prospective's election timeout and then a fetch timeout more."""
+    h = Harness(log=log_with((1, 3)), stored=ElectionState(1, 3, NO_ID, frozenset({1, 2, 3})))
+    h.ready()
+    assert h.core.role is Role.FOLLOWER and h.core.leader_id == 3
+    r = h.advance(CONFIG.fetch_timeout_ms)
+    assert h.core.role is Role.PROSPECTIVE
+    pre = {m.destination: m for m in r.messages if isinstance(m.body, VoteRequest) and m.body.pre_vote}
+    h.core.step(Envelope(2, 1, pre[2].correlation_id, VoteResponse(Errors.NONE, 3, 1, False, True)))
+    r = h.ready()
+    assert h.core.role is Role.PROSPECTIVE and not [m for m in r.messages if m.destination == 2]
+    r = h.request(2, vote(2, 1, 1, 2, pre_vote=True))
+    answer = [m.body for m in r.messages if isinstance(m.body, VoteResponse)]
+    again = [m for m in r.messages if isinstance(m.body, VoteRequest) and m.destination == 2]
+    assert len(answer) == 1 and not answer[0].vote_granted
+    assert len(again) == 1 and again[0].body.pre_vote and again[0].body.last_offset == 3
+    h.core.step(Envelope(2, 1, again[0].correlation_id, VoteResponse(Errors.NONE, 3, 1, True, True)))
+    h.ready()
+    assert h.core.role is Role.CANDIDATE and h.core.epoch == 2
+
+
 def test_a_single_voter_elects_itself_in_one_poll_and_commits():
     h = Harness(voters=(1,))
     deliveries = list(h.ready().deliveries)
