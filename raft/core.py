@@ -17,7 +17,12 @@ Protocol facts this follows (KIP-595, KIP-996 pre-vote):
       before the response leaves.
     * a node that times out first asks a pre-vote (no epoch bump); a voter grants it only if
       it has not heard from a live leader (a Follower that fetched successfully in this state
-      and was not told the leader resigned rejects it).
+      and was not told the leader resigned rejects it). A prospective asks again a voter that
+      refused it and then asked for a pre-vote itself (it follows no leader any more).
+    * the survivors of a dead leader time out together (the fetch timeout is fixed and they
+      heard last from the same answer round), so their votes often split; a candidate asked
+      for a vote by another candidate of its epoch backs off 0..election_backoff_max_ms and
+      asks again, as after a lost election, instead of waiting out its election timeout.
     * the leader writes a LeaderChange control batch at the start of its epoch and advances
       the high watermark to the largest offset flushed on a majority of voters, but only
       past that epoch start offset. Observers never count.
