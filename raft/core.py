@@ -17,7 +17,12 @@ Protocol facts this follows (KIP-595, KIP-996 pre-vote):
       before the response leaves.
     * a node that times out first asks a pre-vote (no epoch bump); a voter grants it only if
       it has not heard from a live leader (a Follower that fetched successfully in this state
-      and was not told the leader resigned rejects it).
+      and was not told the leader resigned rejects it). A prospective asks again a voter that
+      refused it and then asked for a pre-vote itself (it follows no leader any more).
+    * the survivors of a dead leader time out together (the fetch timeout is fixed and they
+      heard last from the same answer round), so their votes often split; a candidate asked
+      for a vote by another candidate of its epoch backs off 0..election_backoff_max_ms and
+      asks again, as after a lost election, instead of waiting out its election timeout.
     * the leader writes a LeaderChange control batch at the start of its epoch and advances
       the high watermark to the largest offset flushed on a majority of voters, but only
       past that epoch start offset. Observers never count.
@@ -78,7 +83,7 @@ class RaftConfig:
     """Timeouts and limits (Kafka's controller.quorum.* defaults)."""
 
     election_timeout_ms: int = 1000  # randomized in [t, 2t)
-    election_backoff_max_ms: int = 1000  # after a lost election, before asking again
+    election_backoff_max_ms: int = 1000  # after a lost or split election, before asking again
     fetch_timeout_ms: int = 2000
     request_timeout_ms: int = 2000
     retry_backoff_ms: int = 20
@@ -642,8 +647,8 @@ class RaftCore:
         if pre_vote and lost and s.leader_id not in (NO_ID, self.node_id):
             self._become_follower(s.epoch, s.leader_id, now)
             return
-        if not pre_vote and lost and s.backoff_until_ms < 0:
-            s.backoff_until_ms = now + self.rng.randrange(0, self.config.election_backoff_max_ms + 1)
+        if not pre_vote and lost:
+            self._back_off(s, now)
         if now >= s.deadline_ms or (s.backoff_until_ms >= 0 and now >= s.backoff_until_ms):
             if s.role is P and s.leader_id not in (NO_ID, self.node_id):
                 self._become_follower(s.epoch, s.leader_id, now)
@@ -657,6 +662,14 @@ class RaftCore:
         for v in self.voters:
             if v != self.node_id and v not in s.granted and v not in s.rejected and self._can_send(VoteRequest, v):
                 self._send(v, _with_voter(request, v), now, pre_vote)
+
+    def _back_off(self, s: NodeState, now: int) -> None:
+        """A candidate that cannot win this round asks again (pre-vote first) after a random
+        0..election_backoff_max_ms instead of its whole election timeout: of two split candidates
+        one then asks first and the other grants it (Kafka's election.backoff.max.ms, "helps
+        prevent gridlocked elections")."""
+        if s.backoff_until_ms < 0:
+            s.backoff_until_ms = now + self.rng.randrange(0, self.config.election_backoff_max_ms + 1)
 
     def _poll_follower(self, s: NodeState, now: int) -> None:
         if now >= s.deadline_ms:
@@ -871,6 +884,13 @@ class RaftCore:
         s = self._qs.current
         up_to_date = (req.last_offset_epoch, req.last_offset) >= (self.log.last_fetched_epoch(), self.log.end_offset())
         if req.pre_vote:
+            if s.role is P and req.replica_id in s.rejected:
+                # It refused our pre-vote, and now asks for one itself: it no longer follows the
+                # leader it refused us for (KIP-996's check: a follower that fetched rejects), so
+                # ask it again. Else, when the survivor with the longer log timed out first, each
+                # refuses the other (one still following, the other behind), and the round lasts
+                # until a prospective's election timeout plus another fetch timeout.
+                s.rejected.discard(req.replica_id)
             return reply(up_to_date and self._grants_pre_vote(s))
         if not up_to_date:
             return reply(False)
@@ -879,6 +899,12 @@ class RaftCore:
             return reply(True)
         free = s.voted_id == NO_ID and s.leader_id == NO_ID and s.role in (U, P)
         if not free:
+            if s.role is C:
+                # Only a candidate of our epoch asks for a vote in it: the vote is split between
+                # us. With the remaining voter silent (the dead leader, typically: the two
+                # survivors' fetch timeouts expire together) neither can win nor lose, and the
+                # round would last until a candidate's election timeout: back off instead.
+                self._back_off(s, now)
             return reply(False)
         self._transition(NodeState(V, s.epoch, voted_id=cid, deadline_ms=now + self._election_timeout()), now)
         reply(True)

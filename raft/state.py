@@ -81,7 +81,7 @@ class NodeState:
 
         Unattached/Voted: deadline = election timeout; voted_id (Voted)
         Prospective/Candidate: granted/rejected voter sets, deadline = election timeout,
-            backoff_until_ms after a lost election; leader_id/voted_id carried from before
+            backoff_until_ms after a lost or split election; leader_id/voted_id carried from before
         Follower: leader_id; fetched_ok once a fetch in this state succeeded; leader_resigned
             after EndQuorumEpoch (either makes us grant pre-votes)
         Leader/Resigned: see LeaderProgress in the core

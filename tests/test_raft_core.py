@@ -194,6 +194,55 @@ def test_election_timeout_leads_through_pre_vote_to_leader_and_leader_change_rec
         Harness(node_id=2).core.append([b"x"])
 
 
+def test_a_candidate_asked_by_a_candidate_of_its_epoch_backs_off_and_asks_again():
+    """Split vote: node 1 stands in epoch 1 and node 2, a candidate of epoch 1 too, asks for its
+    vote. Node 1 refuses (it voted for itself), learns the round cannot be won while node 3 stays
+    silent, and asks again (a pre-vote, same epoch) after at most election_backoff_max_ms, not
+    after its election timeout (>= election_timeout_ms); the pre-vote from the other candidate is
+    granted meanwhile, so whichever asks first wins the next epoch."""
+    h = Harness()
+    h.ready()
+    r = h.advance(250)
+    pre = {m.destination: m for m in r.messages if isinstance(m.body, VoteRequest)}
+    h.core.step(Envelope(2, 1, pre[2].correlation_id, VoteResponse(Errors.NONE, NO_ID, 0, True, True)))
+    h.ready()
+    assert h.core.role is Role.CANDIDATE and h.core.epoch == 1
+    split_at = h.clock.now_ms
+    r = h.request(2, vote(2, 1, 0, 0))
+    assert not only(r.messages, VoteResponse).body.vote_granted
+    assert only(h.request(2, vote(2, 1, 0, 0, pre_vote=True)).messages, VoteResponse).body.vote_granted
+    assert CONFIG.election_backoff_max_ms < CONFIG.election_timeout_ms
+    h.clock.now_ms = split_at + CONFIG.election_backoff_max_ms
+    r = h.ready()
+    assert h.core.role is Role.PROSPECTIVE and h.core.epoch == 1
+    assert {m.destination for m in r.messages if isinstance(m.body, VoteRequest) and m.body.pre_vote} == {2, 3}
+
+
+def test_a_prospective_asks_again_a_voter_that_refused_it_while_following_and_now_asks_itself():
+    """Node 1 holds the leader's last record, node 2 does not. Node 1's fetch timeout ends first:
+    node 2, still following (it fetched since), refuses its pre-vote. Then node 2 times out and
+    asks node 1, which refuses (node 2's log is behind) and, since node 2 no longer follows
+    anyone, asks it again at once; node 2 grants and node 1 stands. Without the second ask both
+    would wait out a prospective's election timeout and then a fetch timeout more."""
+    h = Harness(log=log_with((1, 3)), stored=ElectionState(1, 3, NO_ID, frozenset({1, 2, 3})))
+    h.ready()
+    assert h.core.role is Role.FOLLOWER and h.core.leader_id == 3
+    r = h.advance(CONFIG.fetch_timeout_ms)
+    assert h.core.role is Role.PROSPECTIVE
+    pre = {m.destination: m for m in r.messages if isinstance(m.body, VoteRequest) and m.body.pre_vote}
+    h.core.step(Envelope(2, 1, pre[2].correlation_id, VoteResponse(Errors.NONE, 3, 1, False, True)))
+    r = h.ready()
+    assert h.core.role is Role.PROSPECTIVE and not [m for m in r.messages if m.destination == 2]
+    r = h.request(2, vote(2, 1, 1, 2, pre_vote=True))
+    answer = [m.body for m in r.messages if isinstance(m.body, VoteResponse)]
+    again = [m for m in r.messages if isinstance(m.body, VoteRequest) and m.destination == 2]
+    assert len(answer) == 1 and not answer[0].vote_granted
+    assert len(again) == 1 and again[0].body.pre_vote and again[0].body.last_offset == 3
+    h.core.step(Envelope(2, 1, again[0].correlation_id, VoteResponse(Errors.NONE, 3, 1, True, True)))
+    h.ready()
+    assert h.core.role is Role.CANDIDATE and h.core.epoch == 2
+
+
 def test_a_single_voter_elects_itself_in_one_poll_and_commits():
     h = Harness(voters=(1,))
     deliveries = list(h.ready().deliveries)

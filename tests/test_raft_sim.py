@@ -14,12 +14,15 @@ failure can be replayed (add KRAFTLOG_SIM_RACKS=1 for a seed of the KIP-392 run)
 from __future__ import annotations
 
 import collections
+import heapq
 import os
 
 import pytest
-from raft_sim.cluster import SimFailure, Simulation, StateMachine, run_seed
+from raft_sim.cluster import SIM_CONFIG, SimFailure, Simulation, StateMachine, run_seed
 
 from kraftlog.raft.core import RaftCore
+from kraftlog.raft.messages import FetchResponse
+from kraftlog.raft.state import Role
 from kraftlog.raft.types import LogBatch
 
 SEEDS = int(os.environ.get("KRAFTLOG_SIM_SEEDS", "2000"))
@@ -141,3 +144,112 @@ def test_storage_faults_and_stalls_are_decided_and_exercised():
         coverage.update(run_seed(seed).coverage)
     for what in ("io_error_stop", "disk_full", "follower_disk_full", "leader_disk_full_resign", "stall", "slow_apply"):
         assert coverage[what] > 0, f"no seed exercised {what}: {dict(coverage)}"
+
+
+def _kill_the_leader_right_after_a_commit(seed: int):
+    """Three voters, no faults, every message 1 ms: elect, commit one proposal, and SIGKILL the
+    leader as soon as both followers hold its high watermark. Both learnt it from Fetch answers
+    the leader sent together, so both fetch timeouts (fixed, as Kafka's) expire in the same
+    millisecond: raft.failover_ratio's slow samples, made certain. Returns the simulation, the
+    kill time and (time, node) of the next election."""
+    sim = Simulation(seed, voters=3, observers=0)
+    sim.faults_on, sim.calm_delay_ms = False, (1, 1)
+    for node in sim.nodes.values():
+        sim.start(node)
+
+    def leader():
+        return next((n for n in sim.nodes.values() if n.alive and n.core.role is Role.LEADER), None)
+
+    assert sim.advance(3000, lambda: leader() is not None and leader().core.high_watermark > 0), sim.trace[-20:]
+    old = leader()
+    last = old.core.append([b"before the kill"])
+    sim.run_node(old)
+    followers = [n for n in sim.nodes.values() if n is not old]
+    assert sim.advance(sim.clock.now_ms + 1000, lambda: all(f.core.high_watermark > last for f in followers))
+    killed_at = sim.clock.now_ms
+    sim.kill(old, torn_tail=False)
+    assert sim.advance(killed_at + 5000, lambda: leader() is not None), sim.trace[-40:]
+    return sim, killed_at, (sim.clock.now_ms, leader().id)
+
+
+def test_a_split_vote_after_the_leader_dies_is_settled_within_the_election_backoff():
+    """The two survivors' fetch timeouts fire together, each grants the other's pre-vote, both
+    stand in the same epoch and each refuses the other: a split that the dead voter can never
+    break. A candidate asked for a vote by another candidate of its own epoch knows it is split
+    and backs off a random 0..election_backoff_max_ms, so the next leader is elected long before
+    a candidate's election timeout (>= election_timeout_ms) would have ended the round."""
+    e, backoff_ms = SIM_CONFIG.election_timeout_ms, SIM_CONFIG.election_backoff_max_ms
+    settled_ms = []
+    for seed in range(20):
+        sim, killed_at, (elected_at, _) = _kill_the_leader_right_after_a_commit(seed)
+        first_epoch = min(epoch for t, _, role, epoch in sim.transitions if t > killed_at and role is Role.CANDIDATE)
+        split = {(node, t) for t, node, role, epoch in sim.transitions
+                 if t > killed_at and role is Role.CANDIDATE and epoch == first_epoch}
+        assert len({node for node, _ in split}) == 2, f"seed {seed}: no split vote: {sim.trace[-30:]}"
+        split_at = max(t for _, t in split)
+        # the candidates' requests cross in 1 ms; then the first to end its backoff asks for a
+        # pre-vote and a vote (4 ms of round trips)
+        settled_ms.append(elected_at - split_at)
+        assert elected_at - split_at < e, (
+            f"seed {seed}: split at {split_at} ms, leader only at {elected_at} ms: {sim.trace[-30:]}")
+    assert max(settled_ms) <= backoff_ms + 5, settled_ms
+
+
+def _leader_dies_while_one_follower_lacks_its_last_record(seed: int):
+    """Three voters, 1 ms links. The leader's empty Fetch answer to one follower (the "shorter")
+    is held 30 ms in flight while the leader appends a record that the other (the "longer")
+    fetches and sees committed; then the leader dies. The shorter heard from the leader last, so
+    its fetch timeout ends last. Returns the simulation, the kill time and both followers."""
+    sim = Simulation(seed, voters=3, observers=0)
+    sim.faults_on, sim.calm_delay_ms = False, (1, 1)
+    for node in sim.nodes.values():
+        sim.start(node)
+
+    def leader():
+        return next((n for n in sim.nodes.values() if n.alive and n.core.role is Role.LEADER), None)
+
+    assert sim.advance(3000, lambda: leader() is not None and leader().core.high_watermark > 0)
+    old = leader()
+    shorter, longer = [n for n in sim.nodes.values() if n is not old]
+
+    def empty_answer_to_shorter():
+        return next((i for i, (_, _, kind, payload) in enumerate(sim.queue) if kind == "msg"
+                     and payload[0].source == old.id and payload[0].destination == shorter.id
+                     and isinstance(payload[0].body, FetchResponse) and not payload[0].body.batches), None)
+
+    assert sim.advance(sim.clock.now_ms + 1000, lambda: empty_answer_to_shorter() is not None)
+    at_ms, seq, kind, payload = sim.queue[empty_answer_to_shorter()]
+    sim.queue[empty_answer_to_shorter()] = (at_ms + 30, seq, kind, payload)
+    heapq.heapify(sim.queue)
+    last = old.core.append([b"only the longer gets this"])
+    sim.run_node(old)
+    assert sim.advance(sim.clock.now_ms + 25, lambda: longer.core.high_watermark > last)
+    sim.kill(old, torn_tail=False)
+    assert shorter.log.end_offset() <= last
+    return sim, sim.clock.now_ms, shorter, longer
+
+
+def test_survivors_with_different_logs_elect_in_one_round_when_the_longer_one_times_out_first():
+    """The longer's fetch timeout ends first, and the shorter, still following (it fetched
+    since), refuses its pre-vote (KIP-996); the shorter then asks and is refused (its log is
+    behind). The longer asks it again once it sees that request, is granted and wins within a few
+    round trips of the shorter's timeout, not after a prospective's election timeout and another
+    fetch timeout."""
+    e = SIM_CONFIG.election_timeout_ms
+    for seed in range(20):
+        sim, killed_at, shorter, longer = _leader_dies_while_one_follower_lacks_its_last_record(seed)
+
+        def leader(sim=sim):
+            return next((n for n in sim.nodes.values() if n.alive and n.core.role is Role.LEADER), None)
+
+        assert sim.advance(killed_at + 5000, lambda: leader() is not None), sim.trace[-40:]
+        elected_at = sim.clock.now_ms
+        assert leader() is longer, f"seed {seed}: {sim.trace[-30:]}"
+        timed_out: dict[int, int] = {}  # node -> when it first turned prospective after the kill
+        for t, node, role, _ in sim.transitions:
+            if t >= killed_at and role is Role.PROSPECTIVE:
+                timed_out.setdefault(node, t)
+        assert timed_out[longer.id] < timed_out[shorter.id], f"seed {seed}: {sim.trace[-30:]}"
+        assert elected_at - timed_out[shorter.id] < e, (
+            f"seed {seed}: the shorter timed out at {timed_out[shorter.id]} ms, leader only at {elected_at} ms: "
+            f"{sim.trace[-30:]}")

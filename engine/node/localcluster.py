@@ -94,6 +94,14 @@ class LocalCluster(abc.ABC):
         p.err_file.close()
         return code
 
+    def release_port(self, i: int) -> None:
+        """Close this process's copy of node ``i``'s listening socket. Kept, it goes on accepting
+        connections for a node that is dead (the kernel queues them, nobody answers), so every
+        client attempt to that port waits its whole timeout; released, the port refuses them,
+        as it does after a crash of a process that owns its socket. Node ``i`` cannot be
+        restarted on that port afterwards."""
+        self.socks.pop(i).close()
+
     def stop_all(self, timeout_s: float = 15) -> dict[int, int]:
         """SIGTERM every node (a leader resigns first) and wait: node id -> exit code."""
         for p in self.procs.values():

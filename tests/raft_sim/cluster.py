@@ -167,7 +167,10 @@ class SimNode:
 
 
 class Simulation:
-    def __init__(self, seed: int, *, verbose: bool = False, racks: bool = False, forget_votes: bool = False):
+    def __init__(self, seed: int, *, verbose: bool = False, racks: bool = False, forget_votes: bool = False,
+                 voters: int | None = None, observers: int | None = None):
+        """``voters`` / ``observers`` fix the cluster's size for a scripted scenario (the seed still
+        draws them, so every other choice of the seed stays the same)."""
         self.seed = seed
         # a mutation for the checker's own test: every restart loses the voter's quorum-state (what
         # a deleted quorum-state file does), which the vote invariant must catch
@@ -181,6 +184,8 @@ class Simulation:
         rng = self.rng
         n_voters = rng.choice((3, 3, 5))
         n_observers = rng.choice((0, 1, 1, 2))
+        n_voters = n_voters if voters is None else voters
+        n_observers = n_observers if observers is None else observers
         with_racks = rng.random() < 0.4
         if racks:
             n_observers, with_racks = max(n_observers, 1), True
@@ -211,6 +216,10 @@ class Simulation:
         self.events = 0
         self.faults_on = True
         self.coverage: collections.Counter = collections.Counter()  # which paths this seed ran
+        # with faults off every message takes a delay drawn from this range (ms); a scripted
+        # scenario narrows it to make two nodes' timers fire together
+        self.calm_delay_ms = (1, 3)
+        self.transitions: list[tuple[int, int, Role, int]] = []  # (time, node, new role, epoch)
         self._log(f"cluster voters={sorted(self.voters)} observers={n_observers} drop={self.drop_p} "
                   f"dup={self.dup_p} reorder={self.reorder_p} faults every {self.fault_every_ms} ms"
                   + (f" racks={ {n.id: n.rack for n in self.nodes.values()} }" if with_racks else ""))
@@ -294,6 +303,7 @@ class Simulation:
             self.coverage[name] += now_value - before_value
         node.counted = counters
         if after != before:
+            self.transitions.append((self.clock.now_ms, node.id, after[0], after[1]))
             if after[0] is Role.LEADER:
                 self.coverage["leader_elected"] += 1
             self._log(f"node {node.id}: {before[0].value}(e{before[1]}) -> {after[0].value}(e{after[1]}, "
@@ -318,7 +328,7 @@ class Simulation:
         if not dst.voter:
             self._count_read_replica_paths(env)
         if not self.faults_on:
-            self._push(self.clock.now_ms + self.rng.randint(1, 3), "msg", (env, dst.incarnation))
+            self._push(self.clock.now_ms + self.rng.randint(*self.calm_delay_ms), "msg", (env, dst.incarnation))
             return
         rng = self.rng
         if (env.source, env.destination) in self.blocked or rng.random() < self.drop_p:
@@ -632,6 +642,19 @@ class Simulation:
             raise
         except AssertionError as exc:  # the core's safety asserts and the store's
             self.fail(f"{type(exc).__name__}: {exc}")
+
+    def advance(self, until_ms: int, stop=None) -> bool:
+        """Run events up to ``until_ms`` (a scripted scenario's loop, invariants checked after each
+        one); return True as soon as ``stop()`` holds, False if time ran out first."""
+        while self.queue and self.queue[0][0] <= until_ms:
+            at, _, kind, payload = heapq.heappop(self.queue)
+            self.clock.now_ms = at
+            self._dispatch(kind, payload)
+            self.events += 1
+            self.check_invariants()
+            if stop is not None and stop():
+                return True
+        return False
 
     def _dispatch(self, kind: str, payload) -> None:
         if kind == "msg":
