@@ -198,3 +198,14 @@ def test_a_voter_that_cannot_write_its_quorum_state_stops_with_one_line(cluster)
             await client.close()
 
     asyncio.run(scenario())
+
+
+def test_the_client_asks_the_known_leader_first_and_every_voter_once():
+    """A proposal tries the leader it knows, then each other voter once per round: a dead leader
+    listed twice cost a failover one more attempt timeout (bench raft.failover_ratio)."""
+    client = RaftClient({3: ("h", 3), 1: ("h", 1), 2: ("h", 2)})
+    assert client._candidates() == [1, 2, 3]
+    client.leader_id = 2
+    assert client._candidates() == [2, 1, 3]
+    client.leader_id = 9  # not a voter (a stale answer): ignored
+    assert client._candidates() == [1, 2, 3]

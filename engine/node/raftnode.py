@@ -275,8 +275,10 @@ class RaftClient:
         return conn
 
     def _candidates(self) -> list[int]:
-        ids = sorted(self.voters)
-        return ([self.leader_id] if self.leader_id in self.voters else []) + ids
+        """The voters to ask, in order: the known leader first, then every other voter once (a dead
+        leader listed twice cost a failover a second attempt_timeout_ms)."""
+        first = [self.leader_id] if self.leader_id in self.voters else []
+        return first + [v for v in sorted(self.voters) if v not in first]
 
     async def propose(self, values: Sequence[bytes], *, timeout_ms: int = 10_000) -> int:
         """Commit ``values`` (one batch); returns the base offset. Retries through leader changes
