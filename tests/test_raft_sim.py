@@ -146,12 +146,9 @@ def test_storage_faults_and_stalls_are_decided_and_exercised():
         assert coverage[what] > 0, f"no seed exercised {what}: {dict(coverage)}"
 
 
-def _kill_the_leader_right_after_a_commit(seed: int):
-    """Three voters, no faults, every message 1 ms: elect, commit one proposal, and SIGKILL the
-    leader as soon as both followers hold its high watermark. Both learnt it from Fetch answers
-    the leader sent together, so both fetch timeouts (fixed, as Kafka's) expire in the same
-    millisecond: raft.failover_ratio's slow samples, made certain. Returns the simulation, the
-    kill time and (time, node) of the next election."""
+def _calm_trio(seed: int):
+    """Three voters started, no faults, every message 1 ms; and a function that finds the live
+    leader (None while there is none)."""
     sim = Simulation(seed, voters=3, observers=0)
     sim.faults_on, sim.calm_delay_ms = False, (1, 1)
     for node in sim.nodes.values():
@@ -160,6 +157,16 @@ def _kill_the_leader_right_after_a_commit(seed: int):
     def leader():
         return next((n for n in sim.nodes.values() if n.alive and n.core.role is Role.LEADER), None)
 
+    return sim, leader
+
+
+def _kill_the_leader_right_after_a_commit(seed: int):
+    """Three voters, no faults, every message 1 ms: elect, commit one proposal, and SIGKILL the
+    leader as soon as both followers hold its high watermark. Both learnt it from Fetch answers
+    the leader sent together, so both fetch timeouts (fixed, as Kafka's) expire in the same
+    millisecond: raft.failover_ratio's slow samples, made certain. Returns the simulation, the
+    kill time and (time, node) of the next election."""
+    sim, leader = _calm_trio(seed)
     assert sim.advance(3000, lambda: leader() is not None and leader().core.high_watermark > 0), sim.trace[-20:]
     old = leader()
     last = old.core.append([b"before the kill"])
@@ -200,14 +207,7 @@ def _leader_dies_while_one_follower_lacks_its_last_record(seed: int):
     is held 30 ms in flight while the leader appends a record that the other (the "longer")
     fetches and sees committed; then the leader dies. The shorter heard from the leader last, so
     its fetch timeout ends last. Returns the simulation, the kill time and both followers."""
-    sim = Simulation(seed, voters=3, observers=0)
-    sim.faults_on, sim.calm_delay_ms = False, (1, 1)
-    for node in sim.nodes.values():
-        sim.start(node)
-
-    def leader():
-        return next((n for n in sim.nodes.values() if n.alive and n.core.role is Role.LEADER), None)
-
+    sim, leader = _calm_trio(seed)
     assert sim.advance(3000, lambda: leader() is not None and leader().core.high_watermark > 0)
     old = leader()
     shorter, longer = [n for n in sim.nodes.values() if n is not old]
