@@ -408,6 +408,29 @@ def test_the_driver_decides_what_a_failing_step_costs():
     asyncio.run(scenario())
 
 
+def _hand_clock(monkeypatch, start_ns: int) -> list[int]:
+    """The driver's monotonic clock as ``[now in ns]``, moved by the test's own hand."""
+    from kraftlog.raft.aio import driver as driver_module
+
+    now_ns = [start_ns]
+    monkeypatch.setattr(driver_module, "time", type("Clock", (), {"monotonic_ns": staticmethod(lambda: now_ns[0])}))
+    return now_ns
+
+
+class _QuietChannel:
+    """A channel the driver must send nothing through; ``receiving`` is what receiving_response
+    says (whether a peer's answer is half read)."""
+
+    on_envelope = on_produce = None
+    receiving = False
+
+    def send(self, envelope):
+        raise AssertionError("nothing to send")
+
+    def receiving_response(self):
+        return self.receiving
+
+
 def test_a_pass_polls_for_its_budget_after_the_first_ready(monkeypatch):
     """The pass budget (4 ms) counts from the end of the first Ready, which persists what woke
     the pass: a slow fsync there does not end the pass (a commit would pay a loop iteration more),
@@ -416,8 +439,7 @@ def test_a_pass_polls_for_its_budget_after_the_first_ready(monkeypatch):
     from kraftlog.raft.aio import driver as driver_module
     from kraftlog.raft.ready import Commit, Ready
 
-    now_ns = [0]
-    monkeypatch.setattr(driver_module, "time", type("Clock", (), {"monotonic_ns": staticmethod(lambda: now_ns[0])}))
+    now_ns = _hand_clock(monkeypatch, 0)
 
     class Core:
         node_id, role, epoch, leader_id = 1, Role.FOLLOWER, 1, 2
@@ -437,15 +459,9 @@ def test_a_pass_polls_for_its_budget_after_the_first_ready(monkeypatch):
         def handle_commit(self, batch):
             now_ns[0] += 3_000_000  # one delivery piece: 3 ms
 
-    class Channel:
-        on_envelope = on_produce = None
-
-        def send(self, envelope):
-            raise AssertionError("nothing to send")
-
     async def scenario():
         driver = driver_module.RaftDriver(Core(), log=Log(), quorum_store=None, snapshots=None,
-                                          listener=Listener(), channel=Channel())
+                                          listener=Listener(), channel=_QuietChannel())
         driver._loop = asyncio.get_running_loop()
         driver._pass()
         try:
@@ -467,8 +483,7 @@ def test_a_pass_ends_after_a_piece_of_a_backlog(monkeypatch):
     from kraftlog.raft.aio import driver as driver_module
     from kraftlog.raft.ready import Commit, Ready
 
-    now_ns = [5_000_000_000]
-    monkeypatch.setattr(driver_module, "time", type("Clock", (), {"monotonic_ns": staticmethod(lambda: now_ns[0])}))
+    now_ns = _hand_clock(monkeypatch, 5_000_000_000)
 
     class Core:
         node_id, role, epoch, leader_id = 1, Role.FOLLOWER, 1, 2
@@ -486,22 +501,12 @@ def test_a_pass_ends_after_a_piece_of_a_backlog(monkeypatch):
         def handle_commit(self, batch):
             now_ns[0] += 100_000  # a short piece: 0.1 ms, far within the budget
 
-    class Channel:
-        on_envelope = on_produce = None
-        receiving = False
-
-        def send(self, envelope):
-            raise AssertionError("nothing to send")
-
-        def receiving_response(self):
-            return self.receiving
-
     async def scenario():
         # a backlog: one piece, the next in the next loop iteration (timer at 0), or 1 ms later
         # while an answer is half read (DriverConfig.receive_wait_ms); no backlog: polls go on
         for backlog, receiving, polls, timer_at_ms in ((True, False, 1, 0), (True, True, 1, 5_000 + 1),
                                                        (False, False, 4, 10**12)):
-            core, channel = Core(), Channel()
+            core, channel = Core(), _QuietChannel()
             core.backlog, channel.receiving = backlog, receiving
             driver = driver_module.RaftDriver(core, log=None, quorum_store=None, snapshots=None,
                                               listener=Listener(), channel=channel)
@@ -523,8 +528,7 @@ def test_a_backlog_piece_waits_for_a_half_read_answer(monkeypatch):
     from kraftlog.raft.aio import driver as driver_module
     from kraftlog.raft.ready import Commit, Ready
 
-    now_ns = [5_000_000_000]
-    monkeypatch.setattr(driver_module, "time", type("Clock", (), {"monotonic_ns": staticmethod(lambda: now_ns[0])}))
+    now_ns = _hand_clock(monkeypatch, 5_000_000_000)
 
     class Core:
         node_id, role, epoch, leader_id = 1, Role.FOLLOWER, 1, 2
@@ -538,18 +542,9 @@ def test_a_backlog_piece_waits_for_a_half_read_answer(monkeypatch):
         def handle_commit(self, batch):
             pass
 
-    class Channel:
-        on_envelope = on_produce = None
-        receiving = True
-
-        def send(self, envelope):
-            raise AssertionError("nothing to send")
-
-        def receiving_response(self):
-            return self.receiving
-
     async def scenario():
-        core, channel = Core(), Channel()
+        core, channel = Core(), _QuietChannel()
+        channel.receiving = True  # an answer is half read
         driver = driver_module.RaftDriver(core, log=None, quorum_store=None, snapshots=None,
                                           listener=Listener(), channel=channel)
         driver._loop = asyncio.get_running_loop()
