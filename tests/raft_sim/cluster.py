@@ -631,12 +631,7 @@ class Simulation:
         self._push(fault_ms + settle_ms // 2, "final_appends", None)
         end_ms = fault_ms + settle_ms
         try:
-            while self.queue and self.queue[0][0] <= end_ms:
-                at, _, kind, payload = heapq.heappop(self.queue)
-                self.clock.now_ms = at
-                self._dispatch(kind, payload)
-                self.events += 1
-                self.check_invariants()
+            self.advance(end_ms)
             self.check_final()
         except SimFailure:
             raise
@@ -644,8 +639,8 @@ class Simulation:
             self.fail(f"{type(exc).__name__}: {exc}")
 
     def advance(self, until_ms: int, stop=None) -> bool:
-        """Run events up to ``until_ms`` (a scripted scenario's loop, invariants checked after each
-        one); return True as soon as ``stop()`` holds, False if time ran out first."""
+        """Run events up to ``until_ms``, invariants checked after each one (a seed's whole run, or a
+        scripted scenario's steps); return True as soon as ``stop()`` holds, False if time ran out."""
         while self.queue and self.queue[0][0] <= until_ms:
             at, _, kind, payload = heapq.heappop(self.queue)
             self.clock.now_ms = at
