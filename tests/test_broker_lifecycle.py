@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import types
 
+from kio.schema.broker_heartbeat.v1 import request as kheartbeat_req
 from kio.schema.broker_heartbeat.v1 import response as kheartbeat_resp
 from kio.schema.broker_registration.v4 import response as kregister_resp
 from kio.schema.errors import ErrorCode
@@ -57,3 +58,43 @@ def test_the_first_heartbeat_follows_the_registration_at_once():
         assert lifecycle.broker_epoch == 7 and not lifecycle.fenced
 
     asyncio.run(run())
+
+
+def test_a_request_given_up_at_shutdown_leaves_no_unretrieved_error_behind():
+    """A node stopping cancels its broker's task mid-request; closing the channel then must not
+    leave a failed request future behind, which asyncio reports at collection time as "Future
+    exception was never retrieved" (it was a node's last stderr line after its one error line)."""
+    import gc
+
+    from kraftlog.engine.protocol.controller_channel import ControllerChannel
+
+    async def run() -> list[str]:
+        reported: list[str] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _, ctx: reported.append(ctx["message"]))
+        asked = asyncio.Event()
+
+        async def silent(reader, writer):  # reads the request, never answers
+            await reader.read(1)
+            asked.set()
+            await reader.read()
+            writer.close()
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        channel = ControllerChannel({1: ("127.0.0.1", port)}, types.SimpleNamespace(leader=(1, 1)), 60_000)
+        body = kheartbeat_req.BrokerHeartbeatRequest(broker_id=i32(2), broker_epoch=i64(7),
+                                                     current_metadata_offset=i64(0), want_fence=False,
+                                                     want_shut_down=False)
+        task = asyncio.create_task(channel.ask(API_BROKER_HEARTBEAT, 1, body, kheartbeat_resp.BrokerHeartbeatResponse))
+        await asked.wait()
+        task.cancel()
+        await asyncio.wait({task})
+        await channel.close()
+        server.close()
+        await server.wait_closed()
+        del task
+        gc.collect()
+        await asyncio.sleep(0)
+        return reported
+
+    assert asyncio.run(run()) == []

@@ -97,16 +97,22 @@ class ControllerChannel:
         future = conn.request(*request)
         deadline = loop.time() + timeout_s
         leader_before = self.publisher.leader
-        while not future.done():
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+        try:
+            while not future.done():
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise TimeoutError(f"no answer within {timeout_s * 1000:.0f} ms")
+                await asyncio.wait({future}, timeout=min(remaining, LEADER_CHECK_S))
+                leader = self.publisher.leader
+                if not future.done() and leader != leader_before and leader[0] in self.voters and leader[0] != node:
+                    raise _LeaderMoved(f"node {leader[0]} leads now (epoch {leader[1]})")
+        finally:
+            # An answer given up on (a timeout, a leader move, this task cancelled at shutdown,
+            # where asyncio.wait leaves its futures alone) is cancelled: else the connection's close
+            # fails it later and asyncio logs "Future exception was never retrieved" after the
+            # node's last line.
+            if not future.done():
                 future.cancel()
-                raise TimeoutError(f"no answer within {timeout_s * 1000:.0f} ms")
-            await asyncio.wait({future}, timeout=min(remaining, LEADER_CHECK_S))
-            leader = self.publisher.leader
-            if not future.done() and leader != leader_before and leader[0] in self.voters and leader[0] != node:
-                future.cancel()
-                raise _LeaderMoved(f"node {leader[0]} leads now (epoch {leader[1]})")
         return future.result()
 
     async def close(self) -> None:
