@@ -172,6 +172,11 @@ class _LeaderProgress:
     observers: dict[int, ReplicaProgress] = field(default_factory=dict)
     parked: dict[int, _Parked] = field(default_factory=dict)
     appended: deque = field(default_factory=deque)  # (last_offset, append_ms) for commit latency
+    # voters yet to hear of this leader (no BeginQuorumEpoch answer, no Fetch in this epoch), in
+    # voter order: a poll looks at these only, not at every voter again
+    unbegun: list[int] = field(default_factory=list)
+    # until when the check-quorum test cannot fail on the fetch times it last saw (they only grow)
+    quorum_ok_until_ms: int = 0
 
 
 @dataclass(slots=True)
@@ -463,15 +468,16 @@ class RaftCore:
             if leader.parked:  # and a parked Fetch may be waiting for the HW's turn
                 times += [p.deadline_ms for p in leader.parked.values()]
                 times.append(self._hw_advanced_ms + self.config.hw_notify_delay_ms)
-            quorum_ms = self.config.check_quorum_timeout_ms
-            times.append(leader.since_ms + quorum_ms)
-            times += [p.last_fetch_ms + quorum_ms for p in leader.voters.values() if p.last_fetch_ms >= 0]
+            # the first instant the check-quorum test could fail (_quorum_fetched)
+            times.append(max(leader.since_ms + self.config.check_quorum_timeout_ms, leader.quorum_ok_until_ms))
         if self._consumer_parked:
             times += [p.deadline_ms for p in self._consumer_parked.values()]
         # only future instants matter: anything due now was handled by this poll
         return min([t for t in times if t > now] or times[:1])
 
     def _expire_requests(self, now: int) -> None:
+        if not self._inflight and not self._retry_at:  # a leader's every poll: nothing in flight
+            return
         expired = [c for c, p in self._inflight.items() if p.deadline_ms <= now]
         for c in expired:
             p = self._inflight.pop(c)
@@ -556,7 +562,8 @@ class RaftCore:
         granting = frozenset(self._qs.current.granted)
         self._transition(NodeState(L, self.epoch, leader_id=self.node_id, voted_id=self.node_id), now)
         start = self.log.end_offset()
-        self._leader = _LeaderProgress(start, now, {v: ReplicaProgress() for v in self.voters})
+        self._leader = _LeaderProgress(start, now, {v: ReplicaProgress() for v in self.voters},
+                                       unbegun=[v for v in self.voters if v != self.node_id])
         self._leader_notified = False
         info = self.log.append_as_leader([encode_leader_change(self.node_id, self.voters, granting)],
                                          self.epoch, control=True)
@@ -739,17 +746,13 @@ class RaftCore:
 
     def _poll_leader(self, now: int) -> None:
         lp = self._leader
-        if len(self.voters) > 1 and now - lp.since_ms >= self.config.check_quorum_timeout_ms:
-            recent = sum(1 for v, p in lp.voters.items()
-                         if v == self.node_id or now - p.last_fetch_ms < self.config.check_quorum_timeout_ms)
-            if recent < self.majority:
-                self._resign(now)
-                return
+        if now >= lp.quorum_ok_until_ms and len(self.voters) > 1 and \
+                now - lp.since_ms >= self.config.check_quorum_timeout_ms and not self._quorum_fetched(now):
+            self._resign(now)
+            return
         self._update_local_progress(now)
-        for v, p in lp.voters.items():
-            if v != self.node_id and not p.begin_acked and p.last_fetch_ms < lp.since_ms \
-                    and self._can_send(BeginQuorumEpochRequest, v):
-                self._send(v, BeginQuorumEpochRequest(self.cluster_id, v, self.node_id, self.epoch), now)
+        if lp.unbegun:
+            self._begin_quorum_epoch(now)
         end = self.log.end_offset()
         for replica_id, parked in list(lp.parked.items()):
             progress = self._progress_of(replica_id)
@@ -758,12 +761,35 @@ class RaftCore:
                 del lp.parked[replica_id]
                 self._respond(parked.envelope, self._complete_fetch(parked.request, now))
 
+    def _quorum_fetched(self, now: int) -> bool:
+        """Check quorum: a majority (this leader and majority - 1 others) fetched within
+        check_quorum_timeout_ms. While it holds, records until when it must (the (majority - 1)th
+        latest fetch, plus the timeout), so the polls before then skip the test."""
+        lp, timeout_ms = self._leader, self.config.check_quorum_timeout_ms
+        fetched = sorted((p.last_fetch_ms for v, p in lp.voters.items() if v != self.node_id), reverse=True)
+        kth_ms = fetched[self.majority - 2]  # majority >= 2 with two or more voters
+        if now - kth_ms >= timeout_ms:
+            return False
+        lp.quorum_ok_until_ms = kth_ms + timeout_ms
+        return True
+
+    def _begin_quorum_epoch(self, now: int) -> None:
+        """BeginQuorumEpoch to each voter that has neither answered one nor fetched in this epoch."""
+        lp = self._leader
+        lp.unbegun = [v for v in lp.unbegun
+                      if not lp.voters[v].begin_acked and lp.voters[v].last_fetch_ms < lp.since_ms]
+        for v in lp.unbegun:
+            if self._can_send(BeginQuorumEpochRequest, v):
+                self._send(v, BeginQuorumEpochRequest(self.cluster_id, v, self.node_id, self.epoch), now)
+
     def _update_local_progress(self, now: int) -> None:
         lp = self._leader
         local = lp.voters[self.node_id]
-        local.end_offset = min(self.log.last_flushed_offset(), self.log.end_offset())
         local.last_fetch_ms = local.last_caught_up_ms = now
-        self._maybe_advance_hw(now)
+        end = min(self.log.last_flushed_offset(), self.log.end_offset())
+        if end != local.end_offset:  # the HW moves only when some voter's end does (followers: _complete_fetch)
+            local.end_offset = end
+            self._maybe_advance_hw(now)
 
     def _maybe_advance_hw(self, now: int) -> None:
         lp = self._leader
@@ -1013,16 +1039,14 @@ class RaftCore:
         """Validate (FetchOffset, LastFetchedEpoch) against our epoch cache and build the answer."""
         epoch, hw = self.epoch, self._hw
         start = self.log.start_offset()
-        base = dict(error_code=Errors.NONE, partition_error=Errors.NONE, leader_id=self.node_id,
-                    leader_epoch=epoch, log_start_offset=start,
-                    preferred_read_replica=self._select_read_replica(req, now))
+        read_replica = self._select_read_replica(req, now)
         offset, last_epoch = req.fetch_offset, req.last_fetched_epoch
         snapshot_id = self._snapshot_redirect(offset, last_epoch)
-        if snapshot_id is not None:
-            return FetchResponse(high_watermark=hw, snapshot_id=snapshot_id, **base)
-        diverging = self._divergence(offset, last_epoch)
-        if diverging is not None:
-            return FetchResponse(high_watermark=hw, diverging_epoch=diverging, **base)
+        diverging = self._divergence(offset, last_epoch) if snapshot_id is None else None
+        if snapshot_id is not None or diverging is not None:
+            return FetchResponse(Errors.NONE, Errors.NONE, self.node_id, epoch, high_watermark=hw,
+                                 log_start_offset=start, diverging_epoch=diverging, snapshot_id=snapshot_id,
+                                 preferred_read_replica=read_replica)
         if req.replica_id >= 0:
             progress = self._progress_of(req.replica_id)
             progress.record_fetch(offset, self.log.end_offset(), now)
@@ -1031,11 +1055,12 @@ class RaftCore:
                 self._maybe_advance_hw(now)
             progress.last_sent_hw = self._hw
         batches = self.log.read(offset, min(req.max_bytes, self.config.fetch_max_bytes))
-        if base["preferred_read_replica"] != NO_ID:
+        if read_replica != NO_ID:
             # the observer moves to a replica that serves only committed records: records past
             # the HW would put it ahead of that replica and earn it OFFSET_NOT_AVAILABLE
             batches = _committed_prefix(batches, self._hw)
-        return FetchResponse(high_watermark=self._hw, batches=batches, **base)
+        return FetchResponse(Errors.NONE, Errors.NONE, self.node_id, epoch, high_watermark=self._hw,
+                             log_start_offset=start, batches=batches, preferred_read_replica=read_replica)
 
     def _snapshot_redirect(self, offset: int, last_epoch: int) -> OffsetAndEpoch | None:
         """The snapshot a fetcher at (offset, last_epoch) must load first, or None: it asks for

@@ -468,6 +468,24 @@ def test_a_leader_without_fetches_from_a_majority_resigns():
     assert h.core.role is Role.RESIGNED
 
 
+def test_check_quorum_holds_exactly_until_a_majority_last_fetched_a_timeout_ago():
+    """The leader skips the check-quorum test while it cannot fail: it keeps leading until one
+    timeout after the latest fetch of the majority's other member, fetches in between push that
+    out, and it resigns at the first poll after."""
+    timeout_ms = CONFIG.check_quorum_timeout_ms
+    h = leader_with_log()
+    h.advance(timeout_ms // 2)
+    # answered at once (max_wait_ms 0): a parked fetch would count again when answered
+    h.request(2, fetch(6, 3, replica=2, max_wait_ms=0))  # a majority (1, 2) until now + timeout
+    h.advance(timeout_ms - 1)
+    assert h.core.role is Role.LEADER
+    h.request(3, fetch(6, 3, replica=3, max_wait_ms=0))  # later: the majority lasts until its timeout
+    h.advance(timeout_ms - 1)
+    assert h.core.role is Role.LEADER
+    h.advance(1)
+    assert h.core.role is Role.RESIGNED
+
+
 def test_describe_quorum_reports_leader_hw_and_replicas():
     h = leader_with_log()
     h.request(2, fetch(6, 3))

@@ -84,6 +84,11 @@ class LeaderEpochCache:
     def latest_epoch(self) -> int | None:
         return self._epochs[-1] if self._epochs else None
 
+    @property
+    def latest_start_offset(self) -> int | None:
+        """Where the latest epoch starts (None when the cache is empty)."""
+        return self._starts[-1] if self._starts else None
+
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(epoch, end offset) for OffsetsForLeaderEpoch: the largest epoch <= ``requested_epoch``
         and the offset where the next epoch starts (the log end for the latest epoch).
