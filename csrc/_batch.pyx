@@ -459,7 +459,7 @@ cdef object decode_headers(uchar *r, int64_t q, int64_t count, int64_t end, Prob
     return out
 
 
-cdef class RecordIterator:
+cdef class _RecordIterator:
     """Records of one batch, built one at a time from a batch that iter_records fully checked.
 
     Holds a buffer export of the batch's bytes (or the decompressed bytes) until exhausted or
@@ -547,7 +547,7 @@ def iter_records(buf, Py_ssize_t pos=0):
     cdef Hdr h
     cdef Problem pr
     cdef _Section s
-    cdef RecordIterator it = RecordIterator.__new__(RecordIterator)
+    cdef _RecordIterator it = _RecordIterator.__new__(_RecordIterator)
     PyObject_GetBuffer(buf, &it.view, PyBUF_SIMPLE)
     it.pinned = True
     try:

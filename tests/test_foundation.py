@@ -3,7 +3,10 @@ and a missing native module fails the test suite instead of silently running on 
 
 from __future__ import annotations
 
+import ast
+import importlib
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -100,3 +103,34 @@ def test_suite_refuses_to_run_when_the_native_module_is_missing(blocked_native: 
 
 def test_version_is_exposed():
     assert kraftlog.__version__.count(".") == 2
+
+
+def _twin_pairs() -> dict[str, str]:
+    """native module -> its twin, from the ``select(native, twin)`` calls themselves."""
+    pattern = re.compile(r'select\("(kraftlog\._\w+)", "([\w.]+)"\)')
+    pairs = {}
+    for path in (ROOT / "engine").rglob("*.py"):
+        pairs.update(pattern.findall(path.read_text()))
+    return pairs
+
+
+def _stub_names(stem: str) -> set[str]:
+    tree = ast.parse((ROOT / "csrc" / f"{stem}.pyi").read_text())
+    return {node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.ClassDef)}
+
+
+def test_stubs_native_modules_and_twins_name_the_same_functions():
+    """A native module's .pyi stub, the module itself and its pure twin define the same public
+    functions and classes (a stub left naming a removed function, or a twin missing one, fails)."""
+    pairs = _twin_pairs()
+    assert set(pairs) == set(_accel.NATIVE_MODULES)
+    for native, twin in pairs.items():
+        stub = _stub_names(native.split(".")[-1])
+        for module_name in (native, twin):
+            module = importlib.import_module(module_name)
+            public = {name for name, value in vars(module).items()
+                      if not name.startswith("_") and callable(value)
+                      and getattr(value, "__module__", module_name) == module_name}
+            assert stub <= public, f"{module_name} lacks {sorted(stub - public)} of its stub"
+            if module_name == native:
+                assert public <= stub, f"{native} defines {sorted(public - stub)} its stub does not name"
