@@ -432,114 +432,361 @@ def scatter_rows(list arrays, const int64_t[::1] rows, values, int shift):
         raise ValueError(f"row {rows[narrow]}: its chunk's array is not {ndim}-D or cannot hold a row of width {width}")
 
 
-# ---- PartitionChangeRecords applied in log order ------------------------------------------------
-# Kafka's PartitionRegistration.merge per record, in the order the records were written: the
-# partition epoch moves once per record, the leader epoch once per record naming a leader
-# (NO_LEADER_CHANGE -2 leaves leader and leader epoch alone), leader recovery state -1 and list
-# counts -1 leave their field alone. Written straight into the chunk arrays the caller owns (a
-# column's chunks that no record writes may be None), so one pass in log order replaces the sort
-# by row and the per-field "last writer wins" of the vectorised merge.
+# ---- the topic stream's PartitionChangeRecords, one by one in log order ------------------------
+# apply_changes walks the region's topic stream (``order``: record indexes in log order) from
+# ``start`` and applies each PartitionChangeRecord straight from its decoded row (the
+# partition_changes table of kraftlog._metadata) into the partitions table's chunk arrays, the
+# way Kafka's PartitionRegistration.merge does: the partition epoch moves once per record; a
+# leader (NO_LEADER_CHANGE -2 leaves leader and leader epoch alone) moves the leader epoch once;
+# recovery state -1 and a list count -1 (null) leave their field alone. It stops at the first
+# record it does not apply whole, and returns where: a record of another type, one with extras
+# (ELR, adding/removing replicas, directories, unknown tags), one whose topic or partition is not
+# in the image, or a replica change that would change directories (the partition has some, or a
+# replica is new: Kafka's createDirectoriesFrom gives it UNASSIGNED). The caller replays that
+# record on its own (which also reports a bad one) and calls again. Nothing of a record it stops
+# at is written.
+#
+# Copy on write: the partitions' chunk arrays may be shared with published images. ``owned(name)``
+# lists a written column's arrays the table writer owns (None in chunks it does not); the
+# first write to another chunk calls own(name, chunk, width), which copies (or widens) that
+# column's array there and returns it. So a pass copies exactly the chunks it writes, with one
+# callback per (column, chunk) first touched, and none for chunks owned already.
+#
+# Topic id -> row: the delta's id index (slot arrays, see the top of this file), verified
+# against the topics' id columns; the topic's partitions are rows first_row .. first_row +
+# partition_count - 1 (engine/image/topics.py), a hole has partition_id -1.
 
 
 DEF NO_LEADER_CHANGE = -2
+DEF PARTITION_CHANGE_RECORD = 5  # apiKey
+# the columns a PartitionChangeRecord writes, in the order of ``written_names`` / ``owned``: four
+# scalars, then the six lists in the order of ``lists`` / ``list_counts`` (engine/image/topics.py LIST_FIELDS)
+DEF W_PARTITION_EPOCH = 0
+DEF W_LEADER_EPOCH = 1
+DEF W_LEADER = 2
+DEF W_RECOVERY = 3
+DEF W_LISTS = 4
+DEF N_LISTS = 6
+DEF N_WRITTEN = 10
+DEF L_REPLICAS = 0  # replicas 0, isr 1, removing 2, adding 3, ELR 4, last-known ELR 5 (topics.LIST_FIELDS)
 
 
-cdef inline int32_t *row_of32(ColumnPart *parts, Py_ssize_t nparts, int64_t row, int shift) noexcept nogil:
+cdef inline int16_t list_count(const int16_t *counts, int64_t row) noexcept nogil:
+    return -1 if counts == NULL else counts[row]
+
+
+cdef int set_part(ColumnPart *part, object item) except -1:
+    cdef cnp.ndarray a = <cnp.ndarray>item
+    part.data = <char *>cnp.PyArray_DATA(a)
+    part.rows = cnp.PyArray_DIM(a, 0)
+    part.ndim = cnp.PyArray_NDIM(a)
+    part.stride0 = cnp.PyArray_STRIDE(a, 0)
+    part.width = cnp.PyArray_DIM(a, 1) if part.ndim == 2 else 0
+    part.stride1 = cnp.PyArray_STRIDE(a, 1) if part.ndim == 2 else 0
+    return 0
+
+
+cdef list current_arrays(list chunk_arrays, str name, list owned):
+    # by chunk: the writer's own array where it owns one (it is also the chunk's), else the chunk's
+    cdef Py_ssize_t k, n = len(chunk_arrays), no = len(owned) if owned is not None else 0
+    out = [None] * n
+    for k in range(n):
+        item = owned[k] if k < no else None
+        out[k] = item if item is not None else (<dict>chunk_arrays[k])[name]
+    return out
+
+
+cdef class _WrittenColumn:
+    # one written column of the partitions table during a pass: its current arrays by chunk
+    # (parts) and which of them the writer owns (writable in place)
+    cdef ColumnPart *parts
+    cdef uint8_t *owned
+    cdef Py_ssize_t n
+    cdef str name
+
+    def __dealloc__(self):
+        free(self.parts)
+        free(self.owned)
+
+
+cdef _WrittenColumn written_column(list chunk_arrays, str name, list owned, object dtype):
+    cdef _WrittenColumn c = _WrittenColumn.__new__(_WrittenColumn)
+    cdef Py_ssize_t k, no = len(owned)
+    c.name, c.n = name, len(chunk_arrays)
+    c.parts = column_parts(current_arrays(chunk_arrays, name, owned), dtype, False)
+    c.owned = <uint8_t *>malloc(max(c.n, 1))
+    if c.owned == NULL:
+        raise MemoryError()
+    for k in range(c.n):
+        c.owned[k] = 1 if k < no and owned[k] is not None else 0
+    return c
+
+
+cdef int own_row(_WrittenColumn c, int64_t row, int shift, Py_ssize_t width, object own) except -1:
+    # make the chunk of ``row`` writable (and at least ``width`` wide) in this column
+    cdef int64_t k = row >> shift
+    if c.owned[k] and (width == 0 or c.parts[k].width >= width):
+        return 0
+    set_part(&c.parts[k], own(c.name, k, width))
+    c.owned[k] = 1
+    return 0
+
+
+cdef inline char *cell(ColumnPart *parts, Py_ssize_t nparts, int64_t row, int shift) noexcept nogil:
+    # the address of ``row`` in its chunk (its first item for a list column), NULL when not given
     cdef ColumnPart *part
     cdef Py_ssize_t local
     if locate(parts, nparts, row, shift, &part, &local) < 0:
         return NULL
-    return <int32_t *>(part.data + local * part.stride0)
+    return part.data + local * part.stride0
 
 
-cdef inline int write_list(ColumnPart *parts, Py_ssize_t nparts, int64_t row, int shift, const int32_t *src,
-                           Py_ssize_t width) noexcept nogil:
-    # the row becomes src[0:width] (-1 padded), then -1 to the chunk's own width
-    cdef ColumnPart *part
-    cdef Py_ssize_t local, j
-    cdef char *dst
-    if locate(parts, nparts, row, shift, &part, &local) < 0 or part.ndim != 2 or part.width < width:
+cdef inline int32_t list_item(ColumnPart *parts, int64_t row, int shift, Py_ssize_t j) noexcept nogil:
+    # item j of a list row (a located row; -1 past the chunk's width)
+    cdef ColumnPart *part = &parts[row >> shift]
+    if j >= part.width:
         return -1
-    dst = part.data + local * part.stride0
-    for j in range(width):
-        (<int32_t *>(dst + j * part.stride1))[0] = src[j]
-    for j in range(width, part.width):
-        (<int32_t *>(dst + j * part.stride1))[0] = -1
-    return 0
+    return (<int32_t *>(part.data + (row & ((<int64_t>1 << shift) - 1)) * part.stride0 + j * part.stride1))[0]
 
 
-def apply_partition_changes(list partition_epoch, list leader_epoch, list leader_col, list recovery_col,
-                            list isr_col, list replicas_col, const int64_t[::1] rows, const int32_t[::1] leader,
-                            const int8_t[::1] recovery, const int32_t[:, ::1] isr, const int16_t[::1] isr_count,
-                            const int32_t[:, ::1] replicas, const int16_t[::1] replica_count, int shift):
-    """Apply change i (leader[i], recovery[i], isr[i] with isr_count[i], replicas[i] with
-    replica_count[i]) to partition row rows[i], for i in log order; each list of chunk arrays is
-    one column (partition_epoch, leader_epoch, leader int32; recovery int8; isr, replicas 2-D
-    int32, as wide as the lists written). IndexError when a row to write lies in no given chunk."""
-    cdef Py_ssize_t n = rows.shape[0], i, bad = -1
-    if not (leader.shape[0] == recovery.shape[0] == isr_count.shape[0] == replica_count.shape[0] == n
-            and isr.shape[0] == n and replicas.shape[0] == n):
+cdef inline void write_list_row(ColumnPart *parts, int64_t row, int shift, const int32_t *src,
+                                Py_ssize_t count) noexcept nogil:
+    # the row (owned, at least ``count`` wide) becomes src[0:count], then -1 to its chunk's width
+    cdef ColumnPart *part = &parts[row >> shift]
+    cdef char *dst = part.data + (row & ((<int64_t>1 << shift) - 1)) * part.stride0
+    cdef Py_ssize_t j
+    for j in range(part.width):
+        (<int32_t *>(dst + j * part.stride1))[0] = src[j] if j < count else -1
+
+
+cdef int64_t find_topic(const uint32_t *slot_hash, const int32_t *slot_row, Py_ssize_t size, ColumnPart *id_hi,
+                        ColumnPart *id_lo, Py_ssize_t ntopic_parts, int64_t hi, int64_t lo,
+                        int shift) noexcept nogil:
+    # the live topic row of id (hi, lo), or -1 (raw pointers: a memoryview argument costs its
+    # acquisition count per call)
+    cdef Py_ssize_t probes = 0
+    cdef uint64_t mask = size - 1, h = uuid_hash(hi, lo), s = h & mask
+    cdef int32_t row
+    cdef char *a
+    cdef char *b
+    while probes < size:
+        row = slot_row[s]
+        if row == EMPTY:
+            return -1
+        if row >= 0 and slot_hash[s] == <uint32_t>h:
+            a = cell(id_hi, ntopic_parts, row, shift)
+            b = cell(id_lo, ntopic_parts, row, shift)
+            if a != NULL and b != NULL and (<int64_t *>a)[0] == hi and (<int64_t *>b)[0] == lo:
+                return row
+        s = (s + 1) & mask
+        probes += 1
+    return -1
+
+
+cdef bint keeps_directories(ColumnPart *directories, Py_ssize_t ndir, ColumnPart *replicas, int64_t prow,
+                            int shift, const int32_t *new, Py_ssize_t count) noexcept nogil:
+    # True when replacing the replicas of ``prow`` by new[0:count] leaves its directories as
+    # they are: it has none (all MIGRATING, stored empty) and every new replica is an old one
+    cdef Py_ssize_t i, j, width = replicas[prow >> shift].width
+    cdef bint found
+    if cell(directories, ndir, prow, shift) == NULL:
+        return False
+    if list_item(directories, prow, shift, 0) >= 0:
+        return False
+    for i in range(count):
+        found = False
+        if new[i] < 0:
+            return False  # not a broker id (and not to be matched with a row's -1 padding)
+        for j in range(width):
+            if list_item(replicas, prow, shift, j) == new[i]:
+                found = True
+                break
+        if not found:
+            return False
+    return True
+
+
+def apply_changes(list partition_chunks, list topic_chunks, tuple written_names, owned, own,
+                  const uint32_t[::1] slot_hash, const int32_t[::1] slot_row,
+                  const int32_t[::1] record_index, const int64_t[:, ::1] topic_id, const int32_t[::1] partition_id,
+                  const int32_t[::1] leader, const int8_t[::1] recovery, tuple lists, tuple list_counts,
+                  const uint8_t[::1] extras, const int16_t[::1] api_keys, const int32_t[::1] kind_rows,
+                  const int64_t[::1] order, Py_ssize_t start, int64_t[::1] written, int shift):
+    """Apply the PartitionChangeRecords of ``order[start:]`` until the first record not applied
+    whole (see above). ``partition_chunks`` / ``topic_chunks``: each chunk's dict of column
+    arrays; ``written_names``: the ten written columns' names (partition_epoch, leader_epoch,
+    leader, leader_recovery_state, then the six lists: replicas, isr, removing_replicas,
+    adding_replicas, eligible_leader_replicas, last_known_elr); owned(name): that column's
+    writer-owned arrays by chunk (asked once per call and column written). The change columns are the decoder's partition_changes table (topic_id as
+    int64 [k, 2]; ``lists`` the six -1 padded int32 [k, w] list columns in that order,
+    ``list_counts`` their int16 counts, -1 for null). Returns (stop, count): ``order[stop]`` is
+    the record not applied (len(order) when all were), written[:count] the partition row of each
+    applied record."""
+    cdef Py_ssize_t n = order.shape[0], nrows = record_index.shape[0], pos = start, count = 0, c, j, stretch_end
+    cdef Py_ssize_t nt = len(topic_chunks), np_ = len(partition_chunks)
+    if not (topic_id.shape[0] == partition_id.shape[0] == leader.shape[0] == recovery.shape[0]
+            == extras.shape[0] == nrows):
         raise ValueError("every change column must have one value per row")
-    cdef Py_ssize_t np_ = len(partition_epoch), nle = len(leader_epoch), nl = len(leader_col)
-    cdef Py_ssize_t nr = len(recovery_col), ni = len(isr_col), nrep = len(replicas_col)
-    cdef Py_ssize_t isr_width = isr.shape[1], replicas_width = replicas.shape[1]
-    i32, i8 = np.dtype(np.int32), np.dtype(np.int8)
-    cdef ColumnPart *pe = column_parts(partition_epoch, i32, True)
-    cdef ColumnPart *le = NULL
-    cdef ColumnPart *ld = NULL
-    cdef ColumnPart *rc = NULL
-    cdef ColumnPart *ip = NULL
-    cdef ColumnPart *rp = NULL
-    cdef int32_t *v
-    cdef ColumnPart *part
-    cdef Py_ssize_t local
+    if written.shape[0] < n - start or api_keys.shape[0] != kind_rows.shape[0]:
+        raise ValueError("written must hold a row per record from start; api_keys and kind_rows go together")
+    if not 0 <= start <= n:
+        raise ValueError(f"start {start} is outside the {n} records")
+    if slot_row.shape[0] == 0 or slot_hash.shape[0] != slot_row.shape[0]:
+        raise ValueError("slot arrays must be of one non-zero size")
+    if len(written_names) != N_WRITTEN or len(lists) != N_LISTS \
+            or len(list_counts) != N_LISTS:
+        raise ValueError("ten written columns, six lists")
+    # the six lists' rows: values[j] + row * width[j], count counts[j][row]; counts[j] NULL when the
+    # count column is a shared -1 (zero stride: no record of the region carries the list)
+    cdef const int32_t *values[N_LISTS]
+    cdef const int16_t *counts[N_LISTS]
+    cdef Py_ssize_t widths[N_LISTS]
+    cdef const int32_t[:, ::1] lv
+    cdef const int16_t[:] lc
+    keep = []
+    for j in range(N_LISTS):
+        lv, lc = lists[j], list_counts[j]
+        if lv.shape[0] != nrows or lc.shape[0] != nrows:
+            raise ValueError("every change column must have one value per row")
+        keep.append((lv, lc))
+        widths[j] = lv.shape[1]
+        values[j] = &lv[0, 0] if lv.shape[0] and lv.shape[1] else NULL
+        if lc.shape[0] and lc.strides[0] != 0 and lc.strides[0] != sizeof(int16_t):
+            raise ValueError("a list count column must be contiguous, or a shared -1")
+        counts[j] = &lc[0] if lc.shape[0] and lc.strides[0] != 0 else NULL
+    i32, i64, i8 = np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.int8)
+    # The written columns are made after pass 1, and only when it found a stretch to apply (a
+    # record handed back at once costs no look at every chunk of ten columns); a list's only when
+    # a record of the stretch carries it (most regions change ISRs only). The lists' parts and
+    # owned flags are C arrays: pass 2 touches no Python object per record unless a chunk is
+    # first written.
+    cdef list cols = [None] * N_WRITTEN
+    cdef _WrittenColumn pe, le, ld, rc
+    cdef ColumnPart *lparts[N_LISTS]
+    cdef uint8_t *lowned[N_LISTS]
+    cdef bint carried[N_LISTS]
+    cdef _WrittenColumn made
+    for j in range(N_LISTS):
+        lparts[j] = NULL
+        lowned[j] = NULL
+        carried[j] = False
+    cdef ColumnPart *pid_col = NULL
+    cdef ColumnPart *dir_col = NULL
+    cdef ColumnPart *t_hi = NULL
+    cdef ColumnPart *t_lo = NULL
+    cdef ColumnPart *t_first = NULL
+    cdef ColumnPart *t_count = NULL
+    cdef int64_t i, row, trow, prow
+    cdef int32_t pid, first, pcount
+    cdef int16_t k
+    cdef bint fits
+    cdef char *p
+    cdef char *q
     try:
-        le = column_parts(leader_epoch, i32, True)
-        ld = column_parts(leader_col, i32, True)
-        rc = column_parts(recovery_col, i8, True)
-        ip = column_parts(isr_col, i32, True)
-        rp = column_parts(replicas_col, i32, True)
-        with nogil:
-            for i in range(n):
-                v = row_of32(pe, np_, rows[i], shift)
-                if v == NULL:
-                    bad = i
-                    break
-                v[0] += 1
-                if leader[i] != NO_LEADER_CHANGE:
-                    v = row_of32(le, nle, rows[i], shift)
-                    if v == NULL:
-                        bad = i
-                        break
-                    v[0] += 1
-                    v = row_of32(ld, nl, rows[i], shift)
-                    if v == NULL:
-                        bad = i
-                        break
-                    v[0] = leader[i]
-                if recovery[i] != -1:
-                    if locate(rc, nr, rows[i], shift, &part, &local) < 0:
-                        bad = i
-                        break
-                    (<int8_t *>(part.data + local * part.stride0))[0] = recovery[i]
-                if isr_count[i] >= 0 and write_list(ip, ni, rows[i], shift, &isr[i, 0] if isr_width else NULL,
-                                                    isr_width) < 0:
-                    bad = i
-                    break
-                if replica_count[i] >= 0 and write_list(rp, nrep, rows[i], shift,
-                                                        &replicas[i, 0] if replicas_width else NULL,
-                                                        replicas_width) < 0:
-                    bad = i
-                    break
+        pid_col = column_parts(current_arrays(partition_chunks, "partition_id", None), i32, False)
+        dir_col = column_parts(current_arrays(partition_chunks, "directories", None), i32, False)
+        t_hi = column_parts(current_arrays(topic_chunks, "id_hi", None), i64, False)
+        t_lo = column_parts(current_arrays(topic_chunks, "id_lo", None), i64, False)
+        t_first = column_parts(current_arrays(topic_chunks, "first_row", None), i32, False)
+        t_count = column_parts(current_arrays(topic_chunks, "partition_count", None), i32, False)
+        # Pass 1, the rows: the stretch of records from ``start`` that are PartitionChangeRecords
+        # of live partitions held whole by the columns, each one's partition row in written[].
+        # No change creates, moves or deletes a row, so the rows hold for the whole stretch; and
+        # its lookups, independent of each other, overlap in the CPU (the writes of pass 2 chain).
+        for pos in range(start, n):
+            i = order[pos]
+            if i < 0 or i >= api_keys.shape[0] or api_keys[i] != PARTITION_CHANGE_RECORD:
+                break
+            row = kind_rows[i]
+            # kind_rows points into ``other`` for a version the columns do not decode: record_index tells
+            if row < 0 or row >= nrows or record_index[row] != i or extras[row]:
+                break
+            trow = find_topic(&slot_hash[0], &slot_row[0], slot_row.shape[0], t_hi, t_lo, nt, topic_id[row, 0],
+                              topic_id[row, 1], shift)
+            if trow < 0:
+                break
+            p = cell(t_first, nt, trow, shift)
+            q = cell(t_count, nt, trow, shift)
+            if p == NULL or q == NULL:
+                break
+            first = (<int32_t *>p)[0]
+            pcount = (<int32_t *>q)[0]
+            pid = partition_id[row]
+            if pid < 0 or pid >= pcount:
+                break
+            prow = <int64_t>first + pid
+            p = cell(pid_col, np_, prow, shift)
+            if p == NULL or (<int32_t *>p)[0] < 0:  # a hole: an id never created
+                break
+            fits = True
+            for j in range(N_LISTS):
+                if list_count(counts[j], row) > widths[j]:
+                    fits = False
+                elif list_count(counts[j], row) >= 0:
+                    carried[j] = True
+            if not fits:
+                break
+            written[pos - start] = prow
+        else:
+            pos = n
+        stretch_end = pos
+        if stretch_end == start:
+            return (start, 0)
+        for c in range(W_LISTS):
+            cols[c] = written_column(partition_chunks, written_names[c], owned(written_names[c]),
+                                     i8 if c == W_RECOVERY else i32)
+        pe, le, ld, rc = cols[W_PARTITION_EPOCH], cols[W_LEADER_EPOCH], cols[W_LEADER], cols[W_RECOVERY]
+        for j in range(N_LISTS):
+            if carried[j]:
+                made = written_column(partition_chunks, written_names[W_LISTS + j],
+                                      owned(written_names[W_LISTS + j]), i32)
+                cols[W_LISTS + j] = made
+                lparts[j] = made.parts
+                lowned[j] = made.owned
+        # Pass 2, the merge, in log order.
+        for pos in range(start, stretch_end):
+            row = kind_rows[order[pos]]
+            prow = written[pos - start]
+            k = list_count(counts[L_REPLICAS], row)
+            # the replicas a replica change compares with may come from an earlier record of the stretch
+            if k >= 0 and not keeps_directories(dir_col, np_, lparts[L_REPLICAS], prow, shift,
+                                                values[L_REPLICAS] + row * widths[L_REPLICAS], k):
+                break
+            # owned first (callbacks only on a chunk's first touch), then written: all or nothing
+            if not pe.owned[prow >> shift]:
+                own_row(pe, prow, shift, 0, own)
+            if leader[row] != NO_LEADER_CHANGE and not (le.owned[prow >> shift] and ld.owned[prow >> shift]):
+                own_row(le, prow, shift, 0, own)
+                own_row(ld, prow, shift, 0, own)
+            if recovery[row] != -1 and not rc.owned[prow >> shift]:
+                own_row(rc, prow, shift, 0, own)
+            for j in range(N_LISTS):
+                k = list_count(counts[j], row)
+                # an empty list onto an empty row changes nothing (and leaves a sparse chunk shared)
+                if (k > 0 or (k == 0 and list_item(lparts[j], prow, shift, 0) >= 0)) \
+                        and not (lowned[j][prow >> shift] and lparts[j][prow >> shift].width >= k):
+                    own_row(<_WrittenColumn>cols[W_LISTS + j], prow, shift, k, own)
+            (<int32_t *>cell(pe.parts, np_, prow, shift))[0] += 1
+            if leader[row] != NO_LEADER_CHANGE:
+                (<int32_t *>cell(le.parts, np_, prow, shift))[0] += 1
+                (<int32_t *>cell(ld.parts, np_, prow, shift))[0] = leader[row]
+            if recovery[row] != -1:
+                (<int8_t *>cell(rc.parts, np_, prow, shift))[0] = recovery[row]
+            for j in range(N_LISTS):
+                k = list_count(counts[j], row)
+                if k > 0 or (k == 0 and list_item(lparts[j], prow, shift, 0) >= 0):
+                    write_list_row(lparts[j], prow, shift, values[j] + row * widths[j], k)
+        else:
+            pos = stretch_end
+        count = pos - start
     finally:
-        free(pe)
-        free(le)
-        free(ld)
-        free(rc)
-        free(ip)
-        free(rp)
-    if bad >= 0:
-        raise IndexError(f"change {bad}: row {rows[bad]} is not in the given (writable, wide enough) chunks")
+        free(pid_col)
+        free(dir_col)
+        free(t_hi)
+        free(t_lo)
+        free(t_first)
+        free(t_count)
+    return (pos, count)
 
 
 # ---- topic names out of a decoded names blob --------------------------------------------------------

@@ -438,6 +438,9 @@ cdef inline bint any_nonzero(const uint8_t *p, int64_t n) noexcept nogil:
     return False
 
 
+DEF N_MORE_LISTS = 4  # PartitionChangeRecord lists past ISR and replicas in columns (MORE_LIST_COLUMNS)
+
+
 cdef struct Ctx:
     # per record (pass 1)
     int64_t n
@@ -455,6 +458,8 @@ cdef struct Ctx:
     int64_t p_isr_w
     int64_t c_rep_w
     int64_t c_isr_w
+    int64_t c_more_w[N_MORE_LISTS]  # widths of the change lists past ISR and replicas
+    uint8_t c_more_on[N_MORE_LISTS]  # some record of the region carries the list (not null)
     # other
     int32_t *o_rec
     # topics
@@ -487,6 +492,8 @@ cdef struct Ctx:
     int16_t *c_rep_n
     int32_t *c_isr
     int16_t *c_isr_n
+    int32_t *c_more[N_MORE_LISTS]     # [rows, c_more_w[j]] -1 padded, for MORE_LIST_COLUMNS[j]
+    int16_t *c_more_n[N_MORE_LISTS]   # -1: null (unchanged); NULL when no record carries the list
     uint8_t *c_extras
     # remove topics
     int32_t *r_rec
@@ -661,8 +668,8 @@ cdef void size_partition(Ctx *x, const uint8_t *p, int64_t pos, int64_t end) noe
     x.p_isr_w = max64(x.p_isr_w, <int64_t>raw - 1)
 
 
-cdef void size_change(Ctx *x, const uint8_t *p, int64_t pos, int64_t end) noexcept nogil:
-    """Replica and ISR counts of a PartitionChangeRecord body (tags 2 and 0). Bounds-safe."""
+cdef void size_change(Ctx *x, const uint8_t *p, int64_t pos, int64_t end, int64_t version) noexcept nogil:
+    """List lengths of a PartitionChangeRecord body (tags 0, 2, 3, 4, 6, 7). Bounds-safe."""
     cdef uint64_t count, tag, size, raw, i
     cdef int64_t nxt
     pos += 20
@@ -677,13 +684,17 @@ cdef void size_change(Ctx *x, const uint8_t *p, int64_t pos, int64_t end) noexce
         if pos < 0 or size > <uint64_t>(end - pos):
             return
         nxt = pos + <int64_t>size
-        if tag == 0 or tag == 2:
+        # the list tags of this version: 0, 2, 3, 4, and 6, 7 from v2 (as body_change reads them)
+        if tag == 0 or tag == 2 or tag == 3 or tag == 4 or ((tag == 6 or tag == 7) and version >= 2):
             if kl_read_uvarint(p, pos, nxt, UVARINT32_MAX_BYTES, &raw) >= 0 and raw > 0 \
                     and <int64_t>(raw - 1) <= size // 4:
                 if tag == 0:
                     x.c_isr_w = max64(x.c_isr_w, <int64_t>raw - 1)
-                else:
+                elif tag == 2:
                     x.c_rep_w = max64(x.c_rep_w, <int64_t>raw - 1)
+                else:
+                    x.c_more_w[more_list(tag)] = max64(x.c_more_w[more_list(tag)], <int64_t>raw - 1)
+                    x.c_more_on[more_list(tag)] = 1
         pos = nxt
 
 
@@ -807,7 +818,7 @@ cdef int pass1(Ctx *x, const uint8_t *p, const int64_t *sec, int64_t nsec, Err *
             if kind == K_PARTITION:
                 size_partition(x, p, body, v.end)
             elif kind == K_CHANGE:
-                size_change(x, p, body, v.end)
+                size_change(x, p, body, v.end, version)
             x.n += 1
             found += 1
         if found != expect:
@@ -934,8 +945,9 @@ cdef int body_change(Ctx *x, Cur *c, int64_t row, int64_t version) noexcept nogi
     # PartitionChangeRecord v0-2: PartitionId int32, TopicId uuid; tags: 0 Isr []int32?,
     # 1 Leader int32 (-2 = unchanged), 2 Replicas []int32?, 3 RemovingReplicas []int32?,
     # 4 AddingReplicas []int32?, 5 LeaderRecoveryState int8 (-1 = unchanged), 8 Directories []uuid?
-    # (v1+), 6 EligibleLeaderReplicas []int32? (v2+), 7 LastKnownElr []int32? (v2+)
-    cdef int64_t n, tag_at
+    # (v1+), 6 EligibleLeaderReplicas []int32? (v2+), 7 LastKnownElr []int32? (v2+). Every list but
+    # Directories goes in a column (a null one: count -1); a record with Directories has extras.
+    cdef int64_t n, tag_at, j
     cdef uint64_t count, tag, i
     cdef Cur sub
     cdef uint8_t extras = 0
@@ -949,6 +961,10 @@ cdef int body_change(Ctx *x, Cur *c, int64_t row, int64_t version) noexcept nogi
     put_list(rep, x.c_rep_w, c.p, 0)
     x.c_isr_n[row] = -1
     x.c_rep_n[row] = -1
+    for j in range(N_MORE_LISTS):
+        if x.c_more_on[j]:  # else the count column is a shared -1 (no record carries the list)
+            put_list(x.c_more[j] + row * x.c_more_w[j], x.c_more_w[j], c.p, 0)
+            x.c_more_n[j][row] = -1
     if rd_tag_count(c, &count) < 0:
         return -1
     for i in range(count):
@@ -964,8 +980,19 @@ cdef int body_change(Ctx *x, Cur *c, int64_t row, int64_t version) noexcept nogi
         elif tag == 2:
             if change_list(&sub, rep, x.c_rep_n + row, x.c_rep_w, "Replicas", &extras) < 0:
                 return -1
-        elif tag == 3 or tag == 4 or (tag == 8 and version >= 1) or ((tag == 6 or tag == 7) and version >= 2):
-            if rd_array(&sub, &n, 16 if tag == 8 else 4, True, change_field(tag)) < 0:
+        elif tag == 3 or tag == 4 or ((tag == 6 or tag == 7) and version >= 2):
+            j = more_list(tag)
+            if x.c_more_on[j]:
+                if change_list(&sub, x.c_more[j] + row * x.c_more_w[j], x.c_more_n[j] + row, x.c_more_w[j],
+                               change_field(tag), &extras) < 0:
+                    return -1
+            else:  # pass 1 saw no such list: a null one (anything else means the buffer changed)
+                if rd_array(&sub, &n, 4, True, change_field(tag)) < 0:
+                    return -1
+                if n >= 0:
+                    return fail(&sub, sub.pos, change_field(tag), "list not sized (the buffer changed while decoding)")
+        elif tag == 8 and version >= 1:
+            if rd_array(&sub, &n, 16, True, "Directories") < 0:
                 return -1
             if n >= 0:
                 extras = 1
@@ -979,6 +1006,15 @@ cdef int body_change(Ctx *x, Cur *c, int64_t row, int64_t version) noexcept nogi
             return -1
     x.c_extras[row] = extras
     return 0
+
+
+# The change lists past ISR and replicas, by their PartitionChangeRecord tag, in column order:
+# RemovingReplicas 3, AddingReplicas 4, EligibleLeaderReplicas 6, LastKnownElr 7.
+MORE_LIST_COLUMNS = ("removing_replicas", "adding_replicas", "eligible_leader_replicas", "last_known_elr")
+
+
+cdef inline int64_t more_list(uint64_t tag) noexcept nogil:
+    return 0 if tag == 3 else 1 if tag == 4 else 2 if tag == 6 else 3
 
 
 cdef inline const char *change_field(uint64_t tag) noexcept nogil:
@@ -1605,6 +1641,9 @@ def decode_sections(data, sections, path=None):
         x.counts[s] = 0
         x.blob_bytes[s] = 0
     x.p_rep_w = x.p_isr_w = x.c_rep_w = x.c_isr_w = 1
+    for s in range(N_MORE_LISTS):
+        x.c_more_w[s] = 0
+        x.c_more_on[s] = 0
     rec = {
         "offsets": np.empty(n_max, np.int64), "api_keys": np.empty(n_max, np.int16),
         "versions": np.empty(n_max, np.int16), "kind_rows": np.empty(n_max, np.int32),
@@ -1639,7 +1678,7 @@ def decode_sections(data, sections, path=None):
 
 cdef dict allocate_tables(Ctx *x):
     """Exactly sized arrays for every table, and their pointers in ``x``."""
-    cdef int64_t k, cap
+    cdef int64_t k, cap, j
     x.p_rep_w = min(x.p_rep_w, LIST_COLUMN_MAX_WIDTH)
     x.p_isr_w = min(x.p_isr_w, LIST_COLUMN_MAX_WIDTH)
     x.c_rep_w = min(x.c_rep_w, LIST_COLUMN_MAX_WIDTH)
@@ -1699,6 +1738,18 @@ cdef dict allocate_tables(Ctx *x):
     x.c_rep = p_i32(changes["replicas"])
     x.c_rep_n = p_i16(changes["replica_count"])
     x.c_extras = p_u8(changes["extras"])
+    for j in range(N_MORE_LISTS):
+        x.c_more_w[j] = min(x.c_more_w[j], LIST_COLUMN_MAX_WIDTH)
+        name = MORE_LIST_COLUMNS[j]
+        changes[name] = np.empty((k, x.c_more_w[j]), np.int32)
+        if x.c_more_on[j]:
+            changes[name + "_count"] = np.empty(k, np.int16)
+            x.c_more[j] = p_i32(changes[name])
+            x.c_more_n[j] = p_i16(changes[name + "_count"])
+        else:  # no record carries the list: every count is -1 (null), in no memory
+            changes[name + "_count"] = np.broadcast_to(np.int16(-1), (k,))
+            x.c_more[j] = NULL
+            x.c_more_n[j] = NULL
 
     k = x.counts[K_REMOVE]
     removes = {"record_index": np.empty(k, np.int32), "topic_id": np.empty((k, 2), np.uint64),

@@ -503,3 +503,71 @@ def test_snapshot_plus_tail_replays_like_the_generic_path(decoder, log):
     assert full_summary(image) == full_summary(generic_replay(log.values, log.applied))
     assert _brokers_typed(image) == _brokers_typed(generic_replay(log.values, log.applied))
     assert manifests[-1].pending_transaction_offset == log.pending_offset
+
+
+# Every kind of topic-stream record on one partition, in one log: changes the native pass applies
+# (leader, ISR, recovery, ELR and last-known ELR set and cleared, adding / removing, a replica
+# change that drops a replica of an all-MIGRATING partition), ones it hands back (a new replica:
+# UNASSIGNED directory; a replica change of a partition with directories), one with directories
+# (generic codec), configs, NoOps and side records between; and on a second name, a delete and a
+# re-create with changes on both incarnations.
+_TOPIC_B, _TOPIC_C = uuid.UUID(int=2), uuid.UUID(int=3)
+
+
+def _change(version: int, topic_id: uuid.UUID = _TOPIC_A, **fields) -> tuple:
+    return ("PartitionChangeRecord", version, {"TopicId": topic_id, "PartitionId": 0, **fields})
+
+
+def _create(name: str, topic_id: uuid.UUID, replicas: list[int]) -> list[tuple]:
+    return [("TopicRecord", 0, {"Name": name, "TopicId": topic_id}),
+            ("PartitionRecord", 0, {**_plain_partition(0)[2], "TopicId": topic_id, "Replicas": replicas,
+                                    "Isr": replicas, "Leader": replicas[0]})]
+
+
+_ONE_PARTITION_RECORDS = _records(
+    METADATA_VERSION, *_create("a", _TOPIC_A, [1, 2, 3]),
+    ("ConfigRecord", 0, {"ResourceType": TOPIC_CONFIG, "ResourceName": "a", "Name": "cleanup.policy",
+                         "Value": "compact"}),
+    _change(0, Leader=2, Isr=[2, 3]), ("NoOpRecord", 0, {}),
+    _change(2, Isr=[2], EligibleLeaderReplicas=[3], LastKnownElr=[1]),
+    _change(2, EligibleLeaderReplicas=[], LastKnownElr=[]),
+    _change(0, Replicas=[1, 2, 3, 4], AddingReplicas=[4]),  # a new replica: handed back
+    *_create("b", _TOPIC_B, [1, 2]),
+    _change(0, _TOPIC_B, Leader=2, Isr=[2], RemovingReplicas=[1]),
+    _change(0, Replicas=[2, 3, 4], AddingReplicas=[], RemovingReplicas=[2]),  # directories now: handed back
+    _change(1, Directories=DIRS[1:]),  # extras: the generic codec
+    ("ProducerIdsRecord", 0, {"BrokerId": 1, "BrokerEpoch": 0, "NextProducerId": 0}),
+    _change(0, Leader=-1, LeaderRecoveryState=1),
+    ("RemoveTopicRecord", 0, {"TopicId": _TOPIC_B}),
+    *_create("b", _TOPIC_C, [1, 2]),
+    _change(0, _TOPIC_C, Leader=2, Isr=[2], AddingReplicas=[3], RemovingReplicas=[1]),
+    _change(2, EligibleLeaderReplicas=[4], LastKnownElr=[2, 3], LeaderRecoveryState=0),
+    _change(0, _TOPIC_C, Replicas=[2], AddingReplicas=[]),  # fewer replicas, all MIGRATING: applied natively
+    _change(2, _TOPIC_C, EligibleLeaderReplicas=[2]))
+EVERY_KIND_ON_ONE_PARTITION = [
+    Log(_ONE_PARTITION_RECORDS, applied=list(range(len(_ONE_PARTITION_RECORDS))), batch_sizes=sizes,
+        codecs=[0] * len(sizes), region_starts=starts, snapshot_cut=1, tail_sizes=[], pending_offset=None)
+    for sizes, starts in (([len(_ONE_PARTITION_RECORDS)], []), ([1] * len(_ONE_PARTITION_RECORDS), [5, 9, 15]))]
+
+
+@pytest.mark.parametrize("apply", ["native", "twin"])
+@pytest.mark.parametrize("log", EVERY_KIND_ON_ONE_PARTITION, ids=["one-batch", "batch-per-record"])
+def test_every_kind_on_one_partition_applies_like_the_generic_path(decoder, apply, log, monkeypatch):
+    """The native change pass and its twin (each on both decoders), in one region and in several,
+    give the oracle's image; only the change with directories goes through the generic codec."""
+    from kraftlog.engine.image import index, index_pure
+
+    if apply == "twin":
+        monkeypatch.setattr(index, "apply_changes", index_pure.apply_changes)
+    expected = generic_replay(log.values, log.applied)
+    a, b = expected.topics.partition("a", 0), expected.topics.partition("b", 0)
+    assert (a.eligible_leader_replicas, a.last_known_elr, a.removing_replicas, a.replicas) == ((4,), (2, 3), (2,), (2, 3, 4))
+    assert (b.replicas, b.adding_replicas, b.removing_replicas, b.eligible_leader_replicas) == ((2,), (), (1,), (2,))
+    batches = to_batches(log.values, log.batch_sizes)
+    manifests = []
+    loader = Loader(publishers=[lambda d, i, m: manifests.append(m)])
+    _check_loaded(loader.replay(b"".join(batches)), manifests[-1], log, expected)
+    assert manifests[-1].generic_types == {"PartitionChangeRecord": 1}
+    bounds = [0, *log.region_starts, len(batches)]
+    regions = [b"".join(batches[a:b]) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+    _check_loaded(Loader().replay_regions(regions), manifests[-1], log, expected)

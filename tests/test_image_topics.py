@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import uuid
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from kraftlog.engine.image import index_pure
 from kraftlog.engine.image.index import HashIndex
 from kraftlog.engine.image.table import CHUNK_ROWS, ChunkedTable, Column
 from kraftlog.engine.image.topics import (
+    LIST_FIELDS,
     MIGRATING_DIRECTORY,
     NO_LEADER_CHANGE,
     UNASSIGNED_DIRECTORY,
@@ -153,8 +155,43 @@ def _pad(lists, width):
     return out
 
 
+def change_table(run):
+    """The decoder's partition_changes table (kraftlog._metadata) for the change ops of ``run``."""
+    isr = [o[5] or () for o in run]
+    reps = [o[6] or () for o in run]
+    halves = np.array([uuid_to_halves(o[2]) for o in run], dtype=np.int64).reshape(len(run), 2)
+    return SimpleNamespace(
+        record_index=np.arange(len(run), dtype=np.int32), topic_id=halves.view(np.uint64),
+        partition_id=np.array([o[3] for o in run], dtype=np.int32), leader=np.array([o[4] for o in run], np.int32),
+        leader_recovery_state=np.array([o[7] for o in run], dtype=np.int8),
+        isr=_pad(isr, max(map(len, isr), default=1)),
+        isr_count=np.array([-1 if o[5] is None else len(o[5]) for o in run], dtype=np.int16),
+        replicas=_pad(reps, max(map(len, reps), default=1)),
+        replica_count=np.array([-1 if o[6] is None else len(o[6]) for o in run], dtype=np.int16),
+        extras=np.zeros(len(run), dtype=bool),
+        **{name: np.empty((len(run), 0), np.int32) for name in LIST_FIELDS[2:]},  # null: no list carries them
+        **{name + "_count": np.full(len(run), -1, np.int16) for name in LIST_FIELDS[2:]})
+
+
+def apply_changes(delta, run) -> list[int]:
+    """The change ops of ``run`` through the native pass (TopicsDelta.apply_changes); what it hands
+    back is replayed on its own on the same delta, as the loader does. Returns the handed-back positions."""
+    table, order = change_table(run), np.arange(len(run), dtype=np.int64)
+    api_keys = np.full(len(run), 5, dtype=np.int16)  # PartitionChangeRecord
+    pos, handed_back = 0, []
+    while pos < len(run):
+        pos = delta.apply_changes(table, api_keys, order.astype(np.int32), order, pos)
+        if pos < len(run):
+            _, _, tid, pid, leader, isr, replicas, lrs = run[pos]
+            delta.replay_partition_change(tid, pid, leader=leader, isr=isr, replicas=replicas,
+                                          leader_recovery_state=lrs)
+            handed_back.append(pos)
+            pos += 1
+    return handed_back
+
+
 def replay_bulk(image, ops):
-    """Creates through bulk_create, runs of changes through bulk_change, the rest scalar."""
+    """Creates through bulk_create, runs of changes through the native pass, the rest scalar."""
     delta = image.delta()
     i = 0
     while i < len(ops):
@@ -164,22 +201,8 @@ def replay_bulk(image, ops):
             while i < len(ops) and ops[i][0] == "change":
                 run.append(ops[i])
                 i += 1
-            halves = np.array([uuid_to_halves(o[2]) for o in run], dtype=np.int64)
-            isr = [o[5] or () for o in run]
-            reps = [o[6] or () for o in run]
-            try:
-                delta.bulk_change(
-                    topic_hi=halves[:, 0], topic_lo=halves[:, 1],
-                    partition_id=np.array([o[3] for o in run], dtype=np.int32),
-                    leader=np.array([o[4] for o in run], dtype=np.int32),
-                    leader_recovery_state=np.array([o[7] for o in run], dtype=np.int8),
-                    isr=_pad(isr, max(map(len, isr))),
-                    isr_count=np.array([-1 if o[5] is None else len(o[5]) for o in run], dtype=np.int16),
-                    replicas=_pad(reps, max(map(len, reps))),
-                    replica_count=np.array([-1 if o[6] is None else len(o[6]) for o in run], dtype=np.int16))
-                image = delta.apply()
-            except MetadataReplayError:  # a run the columns cannot carry: record by record, as the loader does
-                image = replay_scalar(delta.apply(), run)
+            apply_changes(delta, run)
+            image = delta.apply()
             delta = image.delta()
             continue
         if op[0] == "create":
@@ -210,10 +233,15 @@ def replay_bulk(image, ops):
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 2**32), st.integers(1, 60))
 def test_scalar_bulk_and_model_agree(seed, steps):
+    """The scalar replay, the column replay (with the native pass of changes and with its twin)
+    and the dict model give the same partitions."""
     ops = make_ops(seed, steps)
     expected = apply_model(ops)
     assert image_state(replay_scalar(TopicsImage.empty(), ops)) == expected
     assert image_state(replay_bulk(TopicsImage.empty(), ops)) == expected
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(hindex, "apply_changes", index_pure.apply_changes)
+        assert image_state(replay_bulk(TopicsImage.empty(), ops)) == expected
 
 
 @pytest.mark.parametrize("order,accepted", [
@@ -272,13 +300,19 @@ def test_a_replica_change_without_directories_gives_new_replicas_unassigned():
     delta = image.delta()
     delta.replay_partition_change(tid, 1, replicas=[3, 4])  # kept 3 keeps UNASSIGNED, 4 is new
     assert delta.apply().partition("t", 1).directories == (u, u)
-    with pytest.raises(MetadataReplayError, match="UNASSIGNED"):
-        image.delta().bulk_change(
-            topic_hi=np.array([uuid_to_halves(tid)[0]]), topic_lo=np.array([uuid_to_halves(tid)[1]]),
-            partition_id=np.array([0], dtype=np.int32), leader=np.array([NO_LEADER_CHANGE], dtype=np.int32),
-            leader_recovery_state=np.array([-1], dtype=np.int8), isr=_pad([()], 1),
-            isr_count=np.array([-1], dtype=np.int16), replicas=_pad([(2, 1, 5)], 3),
-            replica_count=np.array([3], dtype=np.int16))
+    for impl in (hindex.apply_changes, index_pure.apply_changes):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(hindex, "apply_changes", impl)
+            # the native pass applies a reorder of an all-MIGRATING partition, hands back a new replica
+            # (partition 0) and any replica change of a partition with directories (partition 1)
+            delta = image.delta()
+            run = [("change", "t", tid, 0, NO_LEADER_CHANGE, None, (1, 2), -1),
+                   ("change", "t", tid, 0, NO_LEADER_CHANGE, None, (2, 1, 5), -1),
+                   ("change", "t", tid, 1, NO_LEADER_CHANGE, None, (3, 4), -1)]
+            assert apply_changes(delta, run) == [1, 2]
+            after = delta.apply()
+            assert after.partition("t", 0).directories == (m, m, u) and after.partition("t", 0).replicas == (2, 1, 5)
+            assert after.partition("t", 1).directories == (u, u)
 
 
 def test_published_images_never_change_and_deltas_copy_only_touched_chunks():
@@ -556,93 +590,75 @@ def test_chunk_gather_and_scatter_match_their_twins(column, broadcast_first):
         assert np.array_equal(a, b) and np.array_equal(a, c)
 
 
-@st.composite
-def partition_changes(draw):
-    """(chunk arrays of the six columns a PartitionChangeRecord writes, the changes): a few chunks
-    of up to 8 rows, list columns of chunk widths 1-4, changes in any order with repeated rows,
-    NO_LEADER_CHANGE (-2), unchanged recovery (-1) and null lists (count -1) mixed in."""
-    sizes = draw(st.lists(st.integers(1, 1 << SHIFT), min_size=1, max_size=3))
-    widths = [draw(st.integers(1, 4)) for _ in sizes]
-    ints = st.integers(-1, 9)
-    columns = {name: [np.array(draw(st.lists(ints, min_size=n, max_size=n)), dtype)
-                      for n in sizes] for name, dtype in (("partition_epoch", np.int32), ("leader_epoch", np.int32),
-                                                          ("leader", np.int32), ("recovery", np.int8))}
-    for name in ("isr", "replicas"):
-        columns[name] = [np.array(draw(st.lists(ints, min_size=n * w, max_size=n * w)), np.int32).reshape(n, w)
-                         for n, w in zip(sizes, widths, strict=True)]
-    valid = [(k << SHIFT) + local for k, n in enumerate(sizes) for local in range(n)]
-    n = draw(st.integers(0, 24))
-    rows = np.array(draw(st.lists(st.sampled_from(valid), min_size=n, max_size=n)), dtype=np.int64)
-    width = min(widths)
-    change = {
-        "leader": np.array(draw(st.lists(st.integers(-2, 5), min_size=n, max_size=n)), np.int32),
-        "recovery": np.array(draw(st.lists(st.integers(-1, 1), min_size=n, max_size=n)), np.int8),
-        "isr_count": np.array(draw(st.lists(st.integers(-1, width), min_size=n, max_size=n)), np.int16),
-        "replica_count": np.array(draw(st.lists(st.integers(-1, width), min_size=n, max_size=n)), np.int16),
-    }
-    for name, count in (("isr", "isr_count"), ("replicas", "replica_count")):
-        lists = np.full((n, width), -1, np.int32)
-        for i, c in enumerate(change[count].tolist()):
-            lists[i, :max(c, 0)] = draw(st.lists(st.integers(0, 9), min_size=max(c, 0), max_size=max(c, 0)))
-        change[name] = lists
-    return columns, rows, change
-
-
-def _changes_by_hand(columns: dict, rows: np.ndarray, change: dict) -> dict:
-    """Kafka's merge, one record at a time, on copies of the columns."""
-    out = {name: [np.array(a) for a in arrays] for name, arrays in columns.items()}
-    for i, r in enumerate(rows.tolist()):
-        k, local = r >> SHIFT, r & ((1 << SHIFT) - 1)
-        out["partition_epoch"][k][local] += 1
-        if change["leader"][i] != -2:
-            out["leader_epoch"][k][local] += 1
-            out["leader"][k][local] = change["leader"][i]
-        if change["recovery"][i] != -1:
-            out["recovery"][k][local] = change["recovery"][i]
-        for name, count in (("isr", "isr_count"), ("replicas", "replica_count")):
-            if change[count][i] >= 0:
-                out[name][k][local] = -1
-                out[name][k][local, :change[name].shape[1]] = change[name][i]
-    return out
-
-
-@settings(max_examples=150, deadline=None)
-@given(partition_changes())
-def test_partition_changes_in_log_order_match_their_twin_and_a_record_by_record_merge(data):
-    """apply_partition_changes (one native pass in log order) writes what its twin (numpy per
-    column) writes and what merging the records one at a time gives: epochs counted, the last
-    writer of each field winning; a column's chunks no change writes may be None."""
-    columns, rows, change = data
-    expected = _changes_by_hand(columns, rows, change)
-    writes = {"partition_epoch": np.ones(len(rows), bool), "leader_epoch": change["leader"] != -2,
-              "leader": change["leader"] != -2, "recovery": change["recovery"] != -1,
-              "isr": change["isr_count"] >= 0, "replicas": change["replica_count"] >= 0}
-    for impl in (hindex, index_pure):
-        copies = {}
-        for name, arrays in columns.items():
-            written = set((rows[writes[name]] >> SHIFT).tolist())
-            copies[name] = [np.array(a) if k in written else None for k, a in enumerate(arrays)]
-        impl.apply_partition_changes(copies["partition_epoch"], copies["leader_epoch"], copies["leader"],
-                                     copies["recovery"], copies["isr"], copies["replicas"], rows, change["leader"],
-                                     change["recovery"], change["isr"], change["isr_count"], change["replicas"],
-                                     change["replica_count"], SHIFT)
-        for name, arrays in copies.items():
-            for k, a in enumerate(arrays):
-                assert a is None or np.array_equal(a, expected[name][k]), (impl.IMPLEMENTATION, name, k)
+def _image_of_three_topics() -> tuple[TopicsImage, list[uuid.UUID]]:
+    """Topics a (2 partitions, a hole at 1 after an expansion to 3), b (1), c (deleted)."""
+    ids = [uuid.UUID(int=21), uuid.UUID(int=22), uuid.UUID(int=23)]
+    delta = TopicsImage.empty().delta()
+    for tid, name in zip(ids, "abc", strict=True):
+        delta.replay_topic(tid, name, topic_epoch=0)
+        delta.replay_partition(tid, 0, replicas=[1, 2], isr=[1, 2], leader=1, leader_epoch=0, partition_epoch=0)
+    delta.replay_partition(ids[0], 2, replicas=[1, 2], isr=[1], leader=1, leader_epoch=0, partition_epoch=0)
+    delta.replay_remove_topic(ids[2])
+    return delta.apply(), ids
 
 
 @pytest.mark.parametrize("impl", [hindex, index_pure], ids=["public", "twin"])
-def test_partition_changes_refuse_a_row_outside_the_given_chunks(impl):
-    # a change whose row lies in a chunk its column was not given (None) or past a chunk's rows
-    cols = [[np.zeros(8, np.int32)] for _ in range(3)] + [[np.zeros(8, np.int8)]] + \
-        [[np.zeros((8, 2), np.int32)] for _ in range(2)]
-    args = (np.array([-2], np.int32), np.array([-1], np.int8), np.full((1, 2), -1, np.int32),
-            np.array([-1], np.int16), np.full((1, 2), -1, np.int32), np.array([-1], np.int16), SHIFT)
-    with pytest.raises(IndexError, match="row 8"):
-        impl.apply_partition_changes(*cols, np.array([8], np.int64), *args)
-    cols[0] = [None]
-    with pytest.raises(IndexError, match="row 1"):
-        impl.apply_partition_changes(*cols, np.array([1], np.int64), *args)
+def test_the_change_pass_hands_back_what_it_does_not_apply_whole_and_writes_nothing_of_it(impl):
+    """The native pass (and its twin) stops at a record of another type, one the columns hold with
+    extras or not at all (its kind_row belongs to another table), an unknown or deleted topic, a
+    partition id past the topic's count or in a hole: each is handed back, nothing of it written."""
+    image, (a, b, c) = _image_of_three_topics()
+    ok = ("change", "a", a, 0, 3, (3,), None, 1)
+    bad = [("change", "x", uuid.UUID(int=99), 0, 3, None, None, -1), ("change", "c", c, 0, 3, None, None, -1),
+           ("change", "a", a, 3, 3, None, None, -1), ("change", "a", a, 1, 3, None, None, -1),
+           ("change", "b", b, -1, 3, None, None, -1)]
+    for stopper in [*bad, "extras", "type", "other-table"]:
+        run = [ok, stopper if isinstance(stopper, tuple) else ok, ok]
+        table, order = change_table(run), np.arange(3, dtype=np.int64)
+        api_keys, kind_rows = np.full(3, 5, dtype=np.int16), order.astype(np.int32)
+        if stopper == "extras":
+            table.extras[1] = True
+        elif stopper == "type":
+            api_keys[1] = 2  # a TopicRecord
+        elif stopper == "other-table":
+            table.record_index[1] = 7  # the record's row is in ``other``
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(hindex, "apply_changes", impl.apply_changes)
+            delta = image.delta()
+            assert delta.apply_changes(table, api_keys, kind_rows, order, 0) == 1, stopper
+            assert delta.apply_changes(table, api_keys, kind_rows, order, 2) == 3, stopper
+            after = delta.apply()
+        assert after.partition("a", 0)._replace(leader=1, leader_epoch=0, partition_epoch=0, isr=(1, 2),
+                                                leader_recovery_state=0) == image.partition("a", 0)
+        assert (after.partition("a", 0).partition_epoch, after.partition("a", 0).leader_epoch) == (2, 2), stopper
+        assert after.partition("b", 0) == image.partition("b", 0) and after.partition("a", 2) == image.partition("a", 2)
+
+
+@pytest.mark.parametrize("impl", [hindex, index_pure], ids=["public", "twin"])
+def test_the_change_pass_copies_only_the_chunks_and_columns_it_writes(impl):
+    """Copy on write through the pass's callback: the published image keeps its values, only the
+    chunks written are copied, and a leader move copies no ISR array; a list longer than its
+    chunk's width widens that chunk."""
+    ids = [uuid.UUID(int=i + 1) for i in range(CHUNK_ROWS)]
+    delta = TopicsImage.empty().delta()
+    for i, tid in enumerate(ids):
+        delta.replay_topic(tid, f"t{i}", topic_epoch=i)
+        for p in range(2):
+            delta.replay_partition(tid, p, replicas=[1, 2], isr=[1, 2], leader=1, leader_epoch=0, partition_epoch=0)
+    image = delta.apply()
+    assert len(image.partitions.chunks) == 2
+    run = [("change", "t5", ids[5], 1, 2, None, None, -1), ("change", "t5", ids[5], 1, NO_LEADER_CHANGE, (2, 1, 4, 5, 6), None, -1)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(hindex, "apply_changes", impl.apply_changes)
+        delta = image.delta()
+        assert apply_changes(delta, run[:1]) == []
+        assert delta.partitions.touched_chunks == 1 and delta.topics.touched_chunks == 0
+        assert delta.partitions._chunks[0].arrays["isr"] is image.partitions.chunks[0].arrays["isr"]
+        assert apply_changes(delta, run[1:]) == []
+        after = delta.apply()
+    assert image.partition("t5", 1) == image.partition("t5", 0)._replace(partition_id=1)
+    assert after.partition("t5", 1).isr == (2, 1, 4, 5, 6) and after.partition("t5", 1).leader == 2
+    assert after.partitions.chunks[1] is image.partitions.chunks[1]
 
 
 @pytest.mark.parametrize("impl", [hindex, index_pure], ids=["public", "twin"])

@@ -315,8 +315,14 @@ def _row(values, width: int) -> list[int]:
     return values + [-1] * (width - len(values))
 
 
-def _expected_width(lengths) -> int:
-    return max([1] + [min(n, W_MAX) for n in lengths])
+def _expected_width(lengths, least: int = 1) -> int:
+    return max([least] + [min(n, W_MAX) for n in lengths])
+
+
+# the change lists past ISR and replicas: their column, and the field (a list column is 0 wide
+# when no record of the region carries the list)
+MORE_LISTS = {"removing_replicas": "RemovingReplicas", "adding_replicas": "AddingReplicas",
+              "eligible_leader_replicas": "EligibleLeaderReplicas", "last_known_elr": "LastKnownElr"}
 
 
 # ---- the independent check: the generic codec, record by record ------------------------------------
@@ -363,6 +369,9 @@ def _check_widths(cols, decoded) -> None:
     assert cols.partition_changes.replicas.shape[1] == _expected_width(
         len(d["Replicas"]) for d in changes if d["Replicas"] is not None)
     assert cols.partition_changes.isr.shape[1] == _expected_width(len(d["Isr"]) for d in changes if d["Isr"] is not None)
+    for column, field in MORE_LISTS.items():
+        assert getattr(cols.partition_changes, column).shape[1] == _expected_width(
+            (len(d[field]) for d in changes if d.get(field) is not None), least=0), column
 
 
 def _too_wide(*lists) -> bool:
@@ -400,14 +409,13 @@ def check_change(t, row, d, rec, canonical=True):
     assert list(t.topic_id[row]) == _uuid_pair(d["TopicId"])
     assert t.partition_id[row] == d["PartitionId"] and t.leader[row] == d["Leader"]
     assert t.leader_recovery_state[row] == d["LeaderRecoveryState"]
-    for col, field in (("isr", "Isr"), ("replicas", "Replicas")):
-        values = d[field]
-        assert list(getattr(t, col)[row]) == _row(values, getattr(t, col).shape[1])
-        count = getattr(t, "isr_count" if col == "isr" else "replica_count")[row]
-        assert count == (-1 if values is None else len(values))
-    extras = (any(d[f] is not None for f in ("RemovingReplicas", "AddingReplicas", "Directories",
-                                              "EligibleLeaderReplicas", "LastKnownElr"))
-              or bool(d.get(UNKNOWN_TAGS)) or _too_wide(d["Isr"], d["Replicas"]))
+    counts = {"isr": "isr_count", "replicas": "replica_count", **{c: c + "_count" for c in MORE_LISTS}}
+    for col, field in (("isr", "Isr"), ("replicas", "Replicas"), *MORE_LISTS.items()):
+        values = d.get(field)  # ELR and last-known ELR are v2+: absent before
+        assert list(getattr(t, col)[row]) == _row(values, getattr(t, col).shape[1]), col
+        assert getattr(t, counts[col])[row] == (-1 if values is None else min(len(values), 2**15 - 1)), col
+    extras = (d.get("Directories") is not None or bool(d.get(UNKNOWN_TAGS))
+              or _too_wide(d["Isr"], d["Replicas"], *(d.get(f) for f in MORE_LISTS.values())))
     assert t.extras[row] == extras
 
 

@@ -25,7 +25,7 @@ lookup_partition = _impl.lookup_partition
 read_row = _impl.read_row
 gather_rows = _impl.gather_rows
 scatter_rows = _impl.scatter_rows
-apply_partition_changes = _impl.apply_partition_changes
+apply_changes = _impl.apply_changes
 names_at = _impl.names_at
 
 EMPTY = -1

@@ -212,45 +212,113 @@ def scatter_rows(arrays: list, rows: np.ndarray, values: np.ndarray, shift: int)
 
 
 NO_LEADER_CHANGE = -2
+PARTITION_CHANGE_RECORD = 5  # apiKey
+_WRITTEN_SCALARS = 4  # partition_epoch, leader_epoch, leader, leader_recovery_state; then the six lists
+_LISTS = 6
 
 
-def apply_partition_changes(partition_epoch: list, leader_epoch: list, leader_col: list, recovery_col: list,
-                            isr_col: list, replicas_col: list, rows: np.ndarray, leader: np.ndarray,
-                            recovery: np.ndarray, isr: np.ndarray, isr_count: np.ndarray, replicas: np.ndarray,
-                            replica_count: np.ndarray, shift: int) -> None:
-    """The native apply_partition_changes, vectorised per column: counts with np.add.at, and for
-    the other fields numpy's fancy assignment, where of repeated indexes the last (log order) wins."""
-    rows = np.asarray(rows, dtype=np.int64)
-    if not (len(leader) == len(recovery) == len(isr_count) == len(replica_count) == len(isr) == len(replicas)
-            == len(rows)):
+def apply_changes(partition_chunks: list, topic_chunks: list, written_names: tuple, owned, own,
+                  slot_hash, slot_row, record_index, topic_id, partition_id, leader, recovery, lists: tuple,
+                  list_counts: tuple, extras, api_keys, kind_rows, order, start: int, written,
+                  shift: int) -> tuple[int, int]:
+    """The native apply_changes, record by record in Python: the same stops, the same writes, the
+    same own() calls (one per column and chunk first written)."""
+    nrows = len(record_index)
+    if len(written_names) != _WRITTEN_SCALARS + _LISTS or len(lists) != _LISTS or len(list_counts) != _LISTS:
+        raise ValueError("ten written columns, six lists")
+    if not all(len(a) == nrows for a in (topic_id, partition_id, leader, recovery, extras, *lists, *list_counts)):
         raise ValueError("every change column must have one value per row")
-    _check_dtype(partition_epoch + leader_epoch + leader_col + isr_col + replicas_col, np.dtype(np.int32))
-    _check_dtype(recovery_col, np.dtype(np.int8))
-    named = leader != NO_LEADER_CHANGE
-    _count(partition_epoch, rows, shift)
-    _count(leader_epoch, rows[named], shift)
-    _last(leader_col, rows, named, leader, shift)
-    _last(recovery_col, rows, recovery != -1, recovery, shift)
-    _last(isr_col, rows, isr_count >= 0, isr, shift)
-    _last(replicas_col, rows, replica_count >= 0, replicas, shift)
+    if not 0 <= start <= len(order):
+        raise ValueError(f"start {start} is outside the {len(order)} records")
+    if len(written) < len(order) - start or len(api_keys) != len(kind_rows):
+        raise ValueError("written must hold a row per record from start; api_keys and kind_rows go together")
+    mask = (1 << shift) - 1
+    owned = [owned(name) for name in written_names]
+    # by column: the chunk arrays as they are now (the writer's own where it owns one), and owned chunks
+    current = {name: [o if o is not None else d[name] for o, d in
+                      zip(list(own_list) + [None] * (len(partition_chunks) - len(own_list)), partition_chunks,
+                          strict=True)]
+               for name, own_list in zip(written_names, owned, strict=True)}
+    owned_chunks = {name: {k for k, o in enumerate(own_list) if o is not None}
+                    for name, own_list in zip(written_names, owned, strict=True)}
+    pe, le, ld, rc = written_names[:_WRITTEN_SCALARS]
+    list_names = written_names[_WRITTEN_SCALARS:]
+    rp = list_names[0]  # replicas
+
+    def at(name: str, prow: int) -> np.ndarray:
+        return current[name][prow >> shift]
+
+    def take(name: str, prow: int, width: int) -> None:
+        k = prow >> shift
+        if k not in owned_chunks[name] or (width and current[name][k].shape[1] < width):
+            current[name][k] = own(name, k, width)
+            owned_chunks[name].add(k)
+
+    count, pos = 0, start
+    while pos < len(order):
+        i = int(order[pos])
+        if not 0 <= i < len(api_keys) or int(api_keys[i]) != PARTITION_CHANGE_RECORD:
+            break
+        row = int(kind_rows[i])
+        if not 0 <= row < nrows or int(record_index[row]) != i or extras[row]:
+            break
+        prow = _partition_row(topic_chunks, partition_chunks, slot_hash, slot_row, int(topic_id[row, 0]),
+                              int(topic_id[row, 1]), int(partition_id[row]), shift)
+        counts = [int(c[row]) for c in list_counts]
+        if prow < 0 or any(n > values.shape[1] for n, values in zip(counts, lists, strict=True)):
+            break
+        local = prow & mask
+        if counts[0] >= 0:
+            directories = partition_chunks[prow >> shift]["directories"][local]
+            old = at(rp, prow)[local]
+            if (directories >= 0).any() or not np.isin(lists[0][row, :counts[0]], old[old >= 0]).all():
+                break  # directories would change: the caller's replay carries them
+        # an empty list onto an empty row changes nothing (and leaves a sparse chunk shared)
+        changed = [n > 0 or (n == 0 and at(name, prow)[local, 0] >= 0) for name, n in zip(list_names, counts,
+                                                                                             strict=True)]
+        take(pe, prow, 0)
+        if leader[row] != NO_LEADER_CHANGE:
+            take(le, prow, 0)
+            take(ld, prow, 0)
+        if recovery[row] != -1:
+            take(rc, prow, 0)
+        for name, n, change in zip(list_names, counts, changed, strict=True):
+            if change:
+                take(name, prow, n)
+        at(pe, prow)[local] += 1
+        if leader[row] != NO_LEADER_CHANGE:
+            at(le, prow)[local] += 1
+            at(ld, prow)[local] = leader[row]
+        if recovery[row] != -1:
+            at(rc, prow)[local] = recovery[row]
+        for name, values, n, change in zip(list_names, lists, counts, changed, strict=True):
+            if change:
+                at(name, prow)[local] = PAD
+                at(name, prow)[local, :n] = values[row, :n]
+        written[count] = prow
+        count += 1
+        pos += 1
+    return pos, count
 
 
-def _count(arrays: list, rows: np.ndarray, shift: int) -> None:
-    for array, _, local in _by_chunk(arrays, rows, shift):
-        np.add.at(array, local, 1)
-
-
-def _last(arrays: list, rows: np.ndarray, mask: np.ndarray, values: np.ndarray, shift: int) -> None:
-    picked = np.flatnonzero(mask)
-    for array, positions, local in _by_chunk(arrays, rows[picked], shift):
-        if values.ndim == 1:
-            array[local] = values[picked[positions]]
+def _partition_row(topic_chunks: list, partition_chunks: list, slot_hash, slot_row, hi: int, lo: int,
+                   partition_id: int, shift: int) -> int:
+    """The partition row of (topic id, partition id), or -1 (an unknown topic or partition, a hole)."""
+    mask = (1 << shift) - 1
+    for trow in candidates(slot_hash, slot_row, _uuid_hash(hi, lo)):
+        t = topic_chunks[trow >> shift]
+        local = trow & mask
+        if int(t["id_hi"][local]) != hi or int(t["id_lo"][local]) != lo:
             continue
-        if array.ndim != 2 or array.shape[1] < values.shape[1]:
-            raise IndexError(f"row {int(rows[picked[positions[0]]])} is not in the given (writable, wide enough) chunks")
-        block = np.full((len(positions), array.shape[1]), PAD, dtype=array.dtype)
-        block[:, : values.shape[1]] = values[picked[positions]]
-        array[local] = block
+        first, count = int(t["first_row"][local]), int(t["partition_count"][local])
+        if not 0 <= partition_id < count:
+            return -1
+        prow = first + partition_id
+        k = prow >> shift
+        if k >= len(partition_chunks) or int(partition_chunks[k]["partition_id"][prow & mask]) < 0:
+            return -1
+        return prow
+    return -1
 
 
 def names_at(blob, offsets: np.ndarray, rows: np.ndarray) -> list[str]:

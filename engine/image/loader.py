@@ -3,29 +3,35 @@
 Data flow:
     bytes of whole record batches (an mmap'd segment, a snapshot chunk)
       -> metadata_columns.decode_metadata_region   (native: CRC + decode into column arrays)
-      -> apply_columns(delta, columns)              (runs of records, vectorised where possible)
+      -> apply_columns(delta, columns)              (the topic stream in one native pass, in log order)
       -> delta.apply(provenance) -> image           (shares unchanged chunks with the last image)
       -> publishers(delta, image, manifest)
 
 Two streams: NoOpRecords (and transaction markers) change nothing and are only counted. The
 records touching topics and configs form the topic stream; the rest (brokers, features, producer
 ids, quotas, ACLs, SCRAM, tokens) edit state no topic record reads, so they are replayed first, in
-their own log order, and a controller's NoOps and broker records no longer cut the topic stream's
-runs. (An error is reported for the first failing record of the first stream: with several bad
+their own log order, and a controller's NoOps and broker records do not stop the topic stream's
+native pass. (An error is reported for the first failing record of the first stream: with several bad
 records, not necessarily the lowest offset.)
 
-A record replayed on its own (the side stream, configs, topic deletes, runs too short for bulk)
+A record replayed on its own (the side stream, configs, topic deletes, what the native pass hands back)
 comes from its row of the decoded columns when they hold it whole (``_COLUMN_REPLAY``: topics,
 partitions, partition changes, broker registrations and changes, fences, producer ids, configs,
 topic deletes, feature levels, client quotas, ACLs, SCRAM credentials and delegation tokens with
 their removals), else from the generic codec.
 
-Runs: the topic stream is applied strictly in log order, but consecutive records of one shape go
-in one vectorised step: a run of TopicRecords + PartitionRecords (what CreateTopics and snapshots write)
-through TopicsDelta.bulk_create; a run of PartitionChangeRecords through bulk_change. A record the
-columns do not carry completely (``extras``: ELR, adding/removing replicas, directories of a
-PartitionChangeRecord, unknown tags) or of a type they do not hold is decoded by the generic
-codec and replayed on its own. PartitionRecord directories ride in the columns.
+The topic stream, in log order (``_apply_topic_stream``): one native pass
+(TopicsDelta.apply_changes, csrc/_image.pyx) applies its PartitionChangeRecords one by one from
+their decoded rows, straight into the delta's partition chunks: topic id -> row through the
+delta's id index, Kafka's merge rules per record, a column's chunk copied (owned) through a
+callback the first time the pass writes it. The pass stops at the first record it does not apply
+whole and hands it back: a TopicRecord opens a creation (the TopicRecords and PartitionRecords
+that follow it, what CreateTopics and snapshots write) applied in one vectorised step
+(TopicsDelta.bulk_create; a snapshot is one such step); any other record (a RemoveTopicRecord, a
+ConfigRecord, a change whose columns do not hold it whole (``extras``: directories, unknown tags,
+a list longer than the columns hold), whose topic or partition is unknown, or whose replica change
+moves directories) is replayed on its own; then the pass goes on. Not yet in the native pass
+(issue #17 item 2): creations, deletions, configs, changes with extras, and the side stream.
 
 Transactions (Begin/End/AbortTransactionRecord): records between a Begin and its Abort are
 dropped; a transaction still open at the end of what was read is held back: the loader applies
@@ -70,7 +76,13 @@ from kraftlog.engine.image.topics import (
 from kraftlog.engine.records import batch, column_fields, metadata_columns
 from kraftlog.engine.records import metadata as codec
 from kraftlog.engine.records.layout import ATTRIBUTES_OFFSET, CONTROL_BIT, HEADER_SIZE
-from kraftlog.engine.records.metadata_columns import B_BASE_OFFSET, B_LAST_OFFSET_DELTA, B_POS, B_SIZE
+from kraftlog.engine.records.metadata_columns import (
+    B_BASE_OFFSET,
+    B_LAST_OFFSET_DELTA,
+    B_POS,
+    B_SIZE,
+    CHANGE_LIST_COUNTS,
+)
 from kraftlog.errors import CorruptRecordError, KraftlogError, UndecodableRecordError
 
 API_TOPIC, API_PARTITION, API_PARTITION_CHANGE = 2, 3, 5
@@ -89,10 +101,10 @@ _FENCING_OF_COLUMN = {-1: FENCING_NONE, 0: FENCING_UNFENCE, 1: FENCING_FENCE}
 # editing state no topic record reads (brokers, features, quotas, ACLs, ...); an unknown apiKey
 # lands here too, and the generic codec reports it.
 NO_STATE, TOPIC_STREAM, SIDE_STREAM = 0, 1, 2
+BULK_MIN_RECORDS = 8  # a creation (TopicRecord + PartitionRecords) shorter than this is cheaper record by record
 _STREAM_OF_API_KEY = np.full(256, SIDE_STREAM, dtype=np.uint8)
 _STREAM_OF_API_KEY[[API_NOOP, API_BEGIN_TXN, API_END_TXN, API_ABORT_TXN]] = NO_STATE
 _STREAM_OF_API_KEY[[API_TOPIC, API_PARTITION, API_PARTITION_CHANGE, API_REMOVE_TOPIC, API_CONFIG]] = TOPIC_STREAM
-BULK_MIN_RECORDS = 8  # below this a run is cheaper record by record
 
 
 class MetadataLoadError(KraftlogError):
@@ -342,7 +354,7 @@ def apply_columns(delta: MetadataDelta, cols, manifest: LoadManifest, *, snapsho
     stream = _STREAM_OF_API_KEY[np.clip(cols.api_keys, 0, len(_STREAM_OF_API_KEY) - 1)]
     if keep is None and bool((stream == TOPIC_STREAM).all()):  # a snapshot, CreateTopics: no copies
         manifest.state_records += n
-        _apply_topic_runs(ctx, np.arange(n), cols.api_keys)
+        _apply_topic_stream(ctx, np.arange(n), cols.api_keys)
     else:
         if keep is not None:
             stream[~keep] = NO_STATE
@@ -350,7 +362,7 @@ def apply_columns(delta: MetadataDelta, cols, manifest: LoadManifest, *, snapsho
         for i in np.flatnonzero(stream == SIDE_STREAM).tolist():
             ctx.replay_one(i)
         topical = np.flatnonzero(stream == TOPIC_STREAM)
-        _apply_topic_runs(ctx, topical, cols.api_keys[topical])
+        _apply_topic_stream(ctx, topical, cols.api_keys[topical])
     applied = np.flatnonzero(keep) if keep is not None else None
     last = int(cols.offsets[applied[-1]]) if applied is not None and len(applied) else int(cols.offsets[-1])
     if applied is None or len(applied):
@@ -358,23 +370,29 @@ def apply_columns(delta: MetadataDelta, cols, manifest: LoadManifest, *, snapsho
     manifest.records += n if keep is None else int(keep.sum())
 
 
-def _apply_topic_runs(ctx: _Context, indexes: np.ndarray, kinds: np.ndarray) -> None:
-    """The topic stream in log order: consecutive records of one shape as one vectorised step."""
-    if not len(indexes):
-        return
-    shape = np.where(kinds == API_PARTITION, API_TOPIC, kinds)
-    bounds = np.flatnonzero(np.diff(shape) != 0) + 1
-    starts = np.concatenate([[0], bounds]).tolist()
-    ends = np.concatenate([bounds, [len(indexes)]]).tolist()
-    for start, end in zip(starts, ends, strict=True):
-        run, kind = indexes[start:end], int(shape[start])
-        if kind == API_TOPIC:
-            ctx.create_run(run)
-        elif kind == API_PARTITION_CHANGE and len(run) >= BULK_MIN_RECORDS:
-            ctx.bulk_change(run)
+def _apply_topic_stream(ctx: _Context, indexes: np.ndarray, kinds: np.ndarray) -> None:
+    """The topic stream (record indexes ``indexes`` of apiKeys ``kinds``) in log order: the native
+    pass applies PartitionChangeRecords and hands back, one at a time, what it does not apply (a
+    creation goes in one step with the PartitionRecords that follow its TopicRecord)."""
+    n = len(indexes)
+    creating = (kinds == API_TOPIC) | (kinds == API_PARTITION)
+    # where each creation ends: the next record that is neither a TopicRecord nor a PartitionRecord
+    others = np.flatnonzero(~creating)
+    indexes = np.ascontiguousarray(indexes, dtype=np.int64)
+    pos = 0
+    while pos < n:
+        if kinds[pos] == API_PARTITION_CHANGE:
+            pos = ctx.apply_changes(indexes, pos)
+            if pos >= n:
+                break
+        if creating[pos]:
+            k = int(np.searchsorted(others, pos))
+            end = int(others[k]) if k < len(others) else n
+            ctx.create_run(indexes[pos:end])
+            pos = end
         else:
-            for i in run.tolist():
-                ctx.replay_one(i)
+            ctx.replay_one(int(indexes[pos]))
+            pos += 1
 
 
 def _transaction_mask(cols, manifest: LoadManifest) -> np.ndarray | None:
@@ -511,16 +529,15 @@ class _Context:
     partition.table = "partitions"
 
     def partition_change(self, ch, row: int) -> None:
-        """A PartitionChangeRecord of an event too small for bulk_change (leader -2 and recovery
-        state -1: unchanged; a list count -1: null, unchanged); one with adding / removing replicas,
-        directories or ELR has extras (generic codec)."""
+        """A PartitionChangeRecord the native pass hands back (an unknown topic or partition, a
+        replica change that moves directories): leader -2 and recovery state -1 mean unchanged, a
+        list count -1 a null (unchanged) list. One with directories or unknown tags has extras
+        (generic codec)."""
         hi, lo = ch.topic_id[row].tolist()
-        isr_count, replica_count = int(ch.isr_count[row]), int(ch.replica_count[row])
+        lists = {name: _change_list(ch, name, count, row) for name, count in CHANGE_LIST_COUNTS.items()}
         self.delta.replay_partition_change(
             halves_to_uuid(hi, lo), int(ch.partition_id[row]), leader=int(ch.leader[row]),
-            isr=None if isr_count < 0 else ch.isr[row, :isr_count].tolist(),
-            replicas=None if replica_count < 0 else ch.replicas[row, :replica_count].tolist(),
-            leader_recovery_state=int(ch.leader_recovery_state[row]))
+            leader_recovery_state=int(ch.leader_recovery_state[row]), **lists)
 
     partition_change.table = "partition_changes"
 
@@ -651,37 +668,14 @@ class _Context:
             return {}
         return {"directories": parts.directories[plain], "directory_count": counts}
 
-    # -- PartitionChangeRecord runs ------------------------------------------------------------------
-    def bulk_change(self, indexes: np.ndarray) -> None:
-        cols, ch = self.cols, self.cols.partition_changes
-        rows = cols.kind_rows[indexes]
-        extras = ch.extras[rows]
-        # Split at records the columns cannot carry; each of those goes through the generic path.
-        cuts = np.flatnonzero(extras)
-        start = 0
-        for cut in [*cuts.tolist(), len(rows)]:
-            if cut > start:
-                self._change_run(indexes[start:cut], rows[start:cut])
-            if cut < len(rows):
-                self.one(int(indexes[cut]))
-            start = cut + 1
-
-    def _change_run(self, indexes: np.ndarray, rows: np.ndarray) -> None:
-        ch = self.cols.partition_changes
-        ids = ch.topic_id.view(np.int64)
-        if len(rows) and int(rows[-1]) - int(rows[0]) + 1 == len(rows):
-            rows = slice(int(rows[0]), int(rows[-1]) + 1)  # consecutive table rows: views, not copies
-        try:
-            self.delta.topics.bulk_change(
-                topic_hi=ids[rows, 0], topic_lo=ids[rows, 1], partition_id=ch.partition_id[rows],
-                leader=ch.leader[rows], leader_recovery_state=ch.leader_recovery_state[rows],
-                isr=ch.isr[rows], isr_count=ch.isr_count[rows], replicas=ch.replicas[rows],
-                replica_count=ch.replica_count[rows], offsets=self.cols.offsets[indexes])
+    # -- PartitionChangeRecords ----------------------------------------------------------------------
+    def apply_changes(self, indexes: np.ndarray, pos: int) -> int:
+        """The native pass over ``indexes[pos:]``; returns where it stopped (see TopicsDelta.apply_changes)."""
+        cols = self.cols
+        stop = self.delta.topics.apply_changes(cols.partition_changes, cols.api_keys, cols.kind_rows, indexes, pos)
+        if stop > pos:
             self.delta.changed.add("topics")
-        except MetadataReplayError:
-            # Find and report (or skip) the exact record: replay this run one record at a time.
-            for i in indexes.tolist():
-                self.one(i)
+        return stop
 
 
 # apiKey -> the _Context method replaying that record from its kind's table row (``.table``)
@@ -697,6 +691,11 @@ _COLUMN_REPLAY = {API_BROKER_CHANGE: _Context.broker_change, API_CONFIG: _Contex
 
 
 _blob_text = column_fields.text
+
+
+def _change_list(ch, name: str, count: str, row: int) -> list[int] | None:
+    n = int(getattr(ch, count)[row])
+    return None if n < 0 else getattr(ch, name)[row, :n].tolist()
 
 
 def _names_at(blob: bytes, offsets: np.ndarray, rows: np.ndarray) -> list[str]:

@@ -238,9 +238,11 @@ class TableWriter:
         cached = self._writable.get(name)
         if cached is None:
             cached = self._writable[name] = ([], np.empty(0, np.int64))
-        if len(cached[0]) < len(self._chunks):  # appended chunks: not in the cache until _column gives them
-            added = len(self._chunks) - len(cached[0])
-            cached = self._writable[name] = (cached[0] + [None] * added, np.append(cached[1], np.full(added, -1)))
+        if len(cached[0]) < len(self._chunks):  # chunks new to the cache: owned or not, as _owned says
+            added = [self._chunks[k].arrays[name] if name in self._owned.get(k, ()) else None
+                     for k in range(len(cached[0]), len(self._chunks))]
+            widths = [-1 if a is None else (a.shape[1] if a.ndim == 2 else 0) for a in added]
+            cached = self._writable[name] = (cached[0] + added, np.append(cached[1], widths).astype(np.int64))
         arrays, widths = cached
         for chunk_index in chunk_indexes[widths[chunk_indexes] < width].tolist():
             self._column(chunk_index, name, width)
@@ -278,6 +280,20 @@ class TableWriter:
         if not len(rows):
             return self._writable_arrays(name, np.empty(0, np.int64), width)
         return self._writable_arrays(name, np.flatnonzero(np.bincount(rows >> CHUNK_SHIFT)), width)
+
+    def owned_arrays(self, name: str) -> list:
+        """The arrays of column ``name`` this writer owns (writable in place), by chunk, None in
+        the others. The list is kept current by later writes until the next append or freeze."""
+        return self._writable_arrays(name, np.empty(0, np.int64), 0)
+
+    def own_column(self, name: str, chunk_index: int, width: int = 0) -> np.ndarray:
+        """The writable array of ``name`` in chunk ``chunk_index`` (copied on first write, widened
+        to ``width`` for a list column): a native writer's callback for a chunk first touched."""
+        return self._column(chunk_index, name, width)
+
+    def chunk_arrays(self) -> list[dict[str, np.ndarray]]:
+        """Each chunk's column arrays (for a native pass; written only through own_column)."""
+        return [chunk.arrays for chunk in self._chunks]
 
     def append(self, arrays: Mapping[str, np.ndarray]) -> int:
         """Append rows given whole columns (missing columns get their fill); returns the first row id."""

@@ -37,6 +37,7 @@ import numpy as np
 
 from kraftlog.engine.image import index as hindex
 from kraftlog.engine.image.table import CHUNK_MASK, CHUNK_SHIFT, Chunk, ChunkedTable, Column, TableWriter
+from kraftlog.engine.records.metadata_columns import CHANGE_LIST_COUNTS
 from kraftlog.errors import KraftlogError
 
 NO_LEADER = -1
@@ -289,6 +290,8 @@ assert CHUNK_SHIFT == 12, "lookup_partition (csrc/_image.pyx) addresses rows in 
 def _make_spec(chunk, kind: int) -> tuple:
     return _topic_spec(chunk) if kind == 0 else _partition_spec(chunk)
 
+# the columns a PartitionChangeRecord writes, in the order apply_changes (csrc/_image.pyx) takes them
+_CHANGED_COLUMNS = ("partition_epoch", "leader_epoch", "leader", "leader_recovery_state", *LIST_FIELDS)
 _SCALARS = ("topic_row", "partition_id", "leader", "leader_epoch", "partition_epoch", "leader_recovery_state")
 _LISTS = ("replicas", "isr", "removing_replicas", "adding_replicas", "eligible_leader_replicas", "last_known_elr",
           "directories")
@@ -688,74 +691,26 @@ class TopicsDelta:
         maybe = np.flatnonzero(self._index_view("name").first_candidates(name_hashes) >= 0)
         return all(self.topic_row(names[i]) is None for i in maybe)
 
-    def bulk_change(self, *, topic_hi: np.ndarray, topic_lo: np.ndarray, partition_id: np.ndarray,
-                    leader: np.ndarray, leader_recovery_state: np.ndarray, isr: np.ndarray, isr_count: np.ndarray,
-                    replicas: np.ndarray, replica_count: np.ndarray, offsets: np.ndarray | None = None) -> None:
-        """A run of PartitionChangeRecords (none carrying removing/adding replicas, directories or
-        ELR), looked up and checked as whole columns, then applied in log order by one native pass
-        (the result of replaying them one by one: per partition and per field the last record that
-        changes the field wins, the leader epoch moves once per leader change and the partition
-        epoch once per record). Counts of -1 mean a null (unchanged) list; lists are -1 padded 2-D
-        arrays."""
-        n = len(partition_id)
-        if n == 0:
-            return
-        hi, lo = self.topic_id_columns()
-        trows = self._index_view("id").lookup_ids(hi, lo, topic_hi, topic_lo)
-        bad = np.flatnonzero(trows < 0)
-        if len(bad):
-            raise MetadataReplayError(_where(offsets, bad[0]) + f"PartitionChangeRecord for unknown topic id "
-                                      f"{halves_to_uuid(topic_hi[bad[0]], topic_lo[bad[0]])}")
-        first = self._gather_topics(trows, "first_row").astype(np.int64)
-        count = self._gather_topics(trows, "partition_count")
-        prows = first + partition_id
-        bad = np.flatnonzero((partition_id < 0) | (partition_id >= count))
-        if not len(bad):
-            bad = np.flatnonzero(self._gather_partitions(prows, "partition_id") < 0)
-        if len(bad):
-            raise MetadataReplayError(_where(offsets, bad[0]) + "PartitionChangeRecord for unknown partition "
-                                      f"{halves_to_uuid(topic_hi[bad[0]], topic_lo[bad[0]])}:{partition_id[bad[0]]}")
-        if (replica_count >= 0).any():
-            self._check_plain_replica_changes(prows, replicas, replica_count)
-        self._merge_changes(prows, leader, leader_recovery_state, isr, isr_count, replicas, replica_count)
-        self.changes.wrote(prows)
-
-    def _merge_changes(self, prows: np.ndarray, leader: np.ndarray, recovery: np.ndarray, isr: np.ndarray,
-                       isr_count: np.ndarray, replicas: np.ndarray, replica_count: np.ndarray) -> None:
-        """The changes (validated: ``prows`` are live partition rows) merged in log order by one
-        native pass over the chunk arrays. A column's chunks are owned (copied on first write)
-        only where some change writes that column: a run of leader moves copies no ISR chunk."""
-        p, i32 = self.partitions, np.int32
-        prows = np.ascontiguousarray(prows, dtype=np.int64)
-        named = leader != NO_LEADER_CHANGE
-        isr, replicas = np.ascontiguousarray(isr, dtype=i32), np.ascontiguousarray(replicas, dtype=i32)
-        hindex.apply_partition_changes(
-            p.writable_arrays("partition_epoch", prows), p.writable_arrays("leader_epoch", prows[named]),
-            p.writable_arrays("leader", prows[named]),
-            p.writable_arrays("leader_recovery_state", prows[recovery != -1]),
-            p.writable_arrays("isr", prows[isr_count >= 0], isr.shape[1]),
-            p.writable_arrays("replicas", prows[replica_count >= 0], replicas.shape[1]),
-            prows, np.ascontiguousarray(leader, dtype=i32), np.ascontiguousarray(recovery, dtype=np.int8), isr,
-            np.ascontiguousarray(isr_count, dtype=np.int16), replicas,
-            np.ascontiguousarray(replica_count, dtype=np.int16), CHUNK_SHIFT)
-
-    def _check_plain_replica_changes(self, prows: np.ndarray, replicas: np.ndarray, replica_count: np.ndarray) -> None:
-        """MetadataReplayError (the loader then replays the run record by record) unless every
-        replica change in the run leaves directories as they are: the partition's directories are
-        all MIGRATING, it changes replicas once in the run, and adds no replica (a new replica's
-        directory is UNASSIGNED: Kafka's createDirectoriesFrom)."""
-        moving = replica_count >= 0
-        moved, counts = np.unique(prows[moving], return_counts=True)
-        if (counts > 1).any() or (self._gather_partitions(moved, "directories") >= 0).any():
-            raise MetadataReplayError("bulk_change cannot carry directories across these replica changes")
-        new = replicas[moving]
-        old = self._gather_partitions(prows[moving], "replicas")
-        kept = (new[:, :, None] == old[:, None, :]).any(axis=2) | (new < 0)
-        if not kept.all():
-            raise MetadataReplayError("bulk_change cannot give new replicas their UNASSIGNED directories")
-
-    def _gather_topics(self, rows: np.ndarray, name: str) -> np.ndarray:
-        return self.topics.view().gather(rows, name)
+    def apply_changes(self, changes, api_keys: np.ndarray, kind_rows: np.ndarray, order: np.ndarray,
+                      start: int) -> int:
+        """Apply the PartitionChangeRecords of ``order[start:]`` (record indexes of a decoded region,
+        in log order) one by one, natively, until the first record the pass does not apply whole
+        (another type, extras (directories, unknown tags), an unknown topic or partition, a replica
+        change that moves directories: see apply_changes in csrc/_image.pyx); returns its position in ``order``
+        (len(order) when none), for the caller to replay on its own. ``changes`` is the decoder's
+        partition_changes table."""
+        p, ids = self.partitions, self._index_view("id")
+        written = np.empty(len(order) - start, np.int64)
+        stop, count = hindex.apply_changes(
+            p.chunk_arrays(), self.topics.chunk_arrays(), _CHANGED_COLUMNS,
+            p.owned_arrays, p.own_column, ids.slot_hash, ids.slot_row,
+            changes.record_index, changes.topic_id.view(np.int64), changes.partition_id, changes.leader,
+            changes.leader_recovery_state, tuple(getattr(changes, name) for name in LIST_FIELDS),
+            tuple(getattr(changes, CHANGE_LIST_COUNTS[name]) for name in LIST_FIELDS), changes.extras.view(np.uint8), api_keys,
+            kind_rows, order, start, written, CHUNK_SHIFT)
+        if count:
+            self.changes.wrote(written[:count])
+        return stop
 
     def _gather_partitions(self, rows: np.ndarray, name: str) -> np.ndarray:
         return self.partitions.view().gather(rows, name)
@@ -794,10 +749,6 @@ def _dense_partition_ids(pids: np.ndarray, per_topic: np.ndarray, starts: np.nda
     has = per_topic > 0
     first, counts = starts[has], per_topic[has]
     return bool((pids[first] == 0).all() and (pids[first + counts - 1] == counts - 1).all())
-
-
-def _where(offsets: np.ndarray | None, i: int) -> str:
-    return "" if offsets is None else f"offset {int(offsets[i])}: "
 
 
 def _is_default_list(writer: TableWriter, prow: int, name: str) -> bool:

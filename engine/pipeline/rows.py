@@ -21,9 +21,9 @@ One row per metadata record (control records are not rows). Columns (ROW_FIELDS,
     and json: the record as ``kafka-dump-log --cluster-metadata-decoder`` prints it, for every record
     the typed columns do not hold completely: the side-stream records (registrations, producer ids,
     ACLs, quotas, SCRAM, tokens), printed from their decoded column rows (column_fields); other
-    record types, and records with ``extras`` (ELR, adding/removing replicas, a change's
-    directories, unknown tags, long lists), decoded by the generic codec, which also fills their
-    typed columns.
+    record types, records with ``extras`` (a change's directories, unknown tags, long lists) and
+    changes with ELR or adding/removing replicas (no typed column here), decoded by the generic
+    codec, which also fills their typed columns.
 
 Hot rows never become Python objects: each column is assembled from the decoder's numpy tables as
 (rows, values) parts put in record order by numpy scatters (_Columns). Strings are built straight
@@ -45,7 +45,7 @@ import pyarrow.compute as pc
 from kraftlog.engine.records import column_fields
 from kraftlog.engine.records import metadata as codec
 from kraftlog.engine.records.metadata import MetadataRecord
-from kraftlog.engine.records.metadata_columns import MetadataColumns
+from kraftlog.engine.records.metadata_columns import CHANGE_LIST_COUNTS, MORE_CHANGE_LISTS, MetadataColumns
 
 # (name, Arrow type); the Spark schema (source.SPARK_SCHEMA) is the same, field for field.
 ROW_FIELDS: tuple[tuple[str, pa.DataType], ...] = (
@@ -409,20 +409,31 @@ def _table_rows(table, out_row: np.ndarray | None) -> list[int]:
     return rows.tolist()
 
 
-def _pick(table, out_row: np.ndarray | None):
+def _pick(table, out_row: np.ndarray | None, generic: np.ndarray | None = None):
     """(table rows to emit, their output rows, record indexes of extras rows to decode generically).
-    The rows are ``slice(None)`` when they are all of the table (no extras, none filtered out), so
-    the callers' column lookups are views, not copies."""
+    ``generic``: the rows to decode generically, when more than the extras ones. The rows are
+    ``slice(None)`` when they are all of the table (no extras, none filtered out), so the callers'
+    column lookups are views, not copies."""
     rec = table.record_index.astype(np.int64)
-    take = ~table.extras
+    generic = table.extras if generic is None else generic
+    take = ~generic
     if out_row is not None:
         kept = out_row[rec] >= 0
-        extras = rec[kept & table.extras]
+        extras = rec[kept & generic]
         take &= kept
         rows = np.flatnonzero(take)
         return _all_or(rows, len(rec)), out_row[rec[rows]], extras.tolist()
     rows = np.flatnonzero(take)
-    return _all_or(rows, len(rec)), rec[rows], rec[table.extras].tolist()
+    return _all_or(rows, len(rec)), rec[rows], rec[generic].tolist()
+
+
+def _change_rows_to_decode(ch) -> np.ndarray:
+    """A change's removing / adding replicas, ELR and last-known ELR have no typed column here: the
+    rows carrying any of them go through the generic path (their json) with the extras rows."""
+    out = ch.extras.copy()
+    for name in MORE_CHANGE_LISTS:
+        out |= getattr(ch, CHANGE_LIST_COUNTS[name]) >= 0
+    return out
 
 
 def _all_or(rows: np.ndarray, k: int) -> np.ndarray | slice:
@@ -459,7 +470,7 @@ def _hot_columns(cols: MetadataColumns, c: _Columns, out_row: np.ndarray | None)
             c.put("directories", out[named], directory_lists(p.directories[rows][named], counts[named]))
     ch = cols.partition_changes
     if len(ch):
-        rows, out, extra = _pick(ch, out_row)
+        rows, out, extra = _pick(ch, out_row, _change_rows_to_decode(ch))
         generic += extra
         c.put_uuids("topic_id", out, ch.topic_id[rows])
         c.put("partition", out, ch.partition_id[rows])

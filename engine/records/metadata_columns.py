@@ -52,6 +52,13 @@ decode_sections = _impl.decode_sections
 # its count column holds the real length (clipped to int16), its list row the first entries.
 LIST_MAX_WIDTH: int = _impl.LIST_MAX_WIDTH
 
+# The PartitionChangeRecord lists the partition_changes table holds past ISR and replicas, each
+# with its <name>_count column (-1: null)
+MORE_CHANGE_LISTS: tuple[str, ...] = _impl.MORE_LIST_COLUMNS
+# every list of the partition_changes table -> its count column
+CHANGE_LIST_COUNTS: dict[str, str] = {"replicas": "replica_count", "isr": "isr_count",
+                                      **{name: name + "_count" for name in MORE_CHANGE_LISTS}}
+
 # walk_batches columns
 B_POS, B_SIZE, B_BASE_OFFSET, B_LAST_OFFSET_DELTA, B_LEADER_EPOCH, B_MAX_TIMESTAMP, B_ATTRIBUTES, \
     B_RECORD_COUNT = range(8)
@@ -104,7 +111,10 @@ class MetadataColumns:
             from the replicas' is a record the columns leave to the generic codec, extras)
         partition_changes: record_index, topic_id, partition_id, leader (-2 unchanged, -1 none),
             leader_recovery_state int8 (-1 unchanged), isr/replicas (-1 padded) with
-            isr_count/replica_count int16 (-1 = null = unchanged)
+            isr_count/replica_count int16 (-1 = null = unchanged); removing_replicas,
+            adding_replicas, eligible_leader_replicas, last_known_elr (-1 padded, 0 wide when no
+            record of the region carries the list) with <name>_count int16 (-1 = null). A record
+            with Directories (or unknown tags) has extras.
         remove_topics: record_index, topic_id
         configs: record_index, resource_type int8, resource_name_offsets / name_offsets /
             value_offsets int64[c+1] into config_blob, value_null bool
@@ -277,6 +287,7 @@ def decode_region_with(impl, buf, start: int = 0, end: int | None = None, *, ver
 
 
 __all__ = [
-    "IMPLEMENTATION", "LIST_MAX_WIDTH", "MAX_INFLATED_BYTES", "ColumnTable", "MetadataColumns",
+    "CHANGE_LIST_COUNTS", "IMPLEMENTATION", "LIST_MAX_WIDTH", "MAX_INFLATED_BYTES", "MORE_CHANGE_LISTS", "ColumnTable",
+    "MetadataColumns",
     "decode_metadata_region", "decode_region_with", "decode_sections", "inflate", "sections_of", "walk_batches",
 ]

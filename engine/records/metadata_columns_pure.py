@@ -335,7 +335,7 @@ class _Tables:
                                            "isr", "isr_count", "directories", "directory_count", "extras")}
         self.changes = {k: [] for k in ("record_index", "topic_id", "partition_id", "leader",
                                         "leader_recovery_state", "isr", "isr_count", "replicas",
-                                        "replica_count", "extras")}
+                                        "replica_count", "extras", *MORE_LIST_COLUMNS)}
         self.removes = {"record_index": [], "topic_id": [], "extras": []}
         self.configs = {k: [] for k in ("record_index", "resource_type", "resource_name", "name", "value",
                                         "value_null", "extras")}
@@ -361,7 +361,7 @@ class _Tables:
                                        "issue_timestamp_ms", "max_timestamp_ms", "expiration_timestamp_ms", "extras")}
         self.renewers = []
         # widths as the native pass 1 sizes them: the longest list any occurrence carried
-        self.widths = {"p_rep": 1, "p_isr": 1, "c_rep": 1, "c_isr": 1}
+        self.widths = {"p_rep": 1, "p_isr": 1, "c_rep": 1, "c_isr": 1, **dict.fromkeys(MORE_LIST_COLUMNS, 0)}
 
     def widen(self, key, n):
         if n > self.widths[key]:
@@ -431,8 +431,10 @@ def _body_partition(t, buf, p, end, version, i):
     return p
 
 
-_CHANGE_FIELDS = {3: "RemovingReplicas", 4: "AddingReplicas", 6: "EligibleLeaderReplicas", 7: "LastKnownElr",
-                  8: "Directories"}
+_CHANGE_FIELDS = {3: "RemovingReplicas", 4: "AddingReplicas", 6: "EligibleLeaderReplicas", 7: "LastKnownElr"}
+# The change lists past ISR and replicas, in columns (the native module's MORE_LIST_COLUMNS), by tag
+MORE_LIST_COLUMNS = ("removing_replicas", "adding_replicas", "eligible_leader_replicas", "last_known_elr")
+_MORE_LIST_OF_TAG = dict(zip((3, 4, 6, 7), MORE_LIST_COLUMNS, strict=True))
 
 
 def _body_change(t, buf, p, end, version, i):
@@ -440,6 +442,7 @@ def _body_change(t, buf, p, end, version, i):
     pid, p = _fixed(_I32, buf, p, end, "PartitionId")
     tid, p = _uuid(buf, p, end, "TopicId")
     leader, lrs, isr, replicas = -2, -1, None, None
+    more = dict.fromkeys(MORE_LIST_COLUMNS)
     count, p = _tag_count(buf, p, end)
     for _ in range(count):
         tag_at = p
@@ -456,8 +459,15 @@ def _body_change(t, buf, p, end, version, i):
                 replicas = values
         elif tag == 1:
             leader, used = _fixed(_I32, buf, q, p, "Leader")
-        elif tag in (3, 4) or (tag == 8 and version >= 1) or (tag in (6, 7) and version >= 2):
-            n, _, used = _array(buf, q, p, 16 if tag == 8 else 4, True, _CHANGE_FIELDS[tag])
+        elif tag in (3, 4) or (tag in (6, 7) and version >= 2):
+            n, at, used = _array(buf, q, p, 4, True, _CHANGE_FIELDS[tag])
+            column = _MORE_LIST_OF_TAG[tag]
+            more[column] = None if n < 0 else _int32s(buf, at, n)
+            if n >= 0:
+                t.widen(column, n)
+                extras |= n > LIST_MAX_WIDTH
+        elif tag == 8 and version >= 1:
+            n, _, used = _array(buf, q, p, 16, True, "Directories")
             extras |= n >= 0
         elif tag == 5:
             lrs, used = _fixed(_I8, buf, q, p, "LeaderRecoveryState")
@@ -471,7 +481,7 @@ def _body_change(t, buf, p, end, version, i):
                        ("isr_count", -1 if isr is None else min(len(isr), INT16_MAX)),
                        ("replicas", replicas or []),
                        ("replica_count", -1 if replicas is None else min(len(replicas), INT16_MAX)),
-                       ("extras", extras)):
+                       ("extras", extras), *more.items()):
         r[key].append(value)
     return p
 
@@ -861,6 +871,13 @@ def _padded_bytes(rows, width) -> np.ndarray:
     return out
 
 
+def _counts(lists) -> np.ndarray:
+    """A change list's counts (-1: null); as the native module, a shared -1 when every one is null."""
+    if all(v is None for v in lists):
+        return np.broadcast_to(np.int16(-1), (len(lists),))
+    return np.array([-1 if v is None else min(len(v), INT16_MAX) for v in lists], np.int16)
+
+
 def _blob(strings) -> tuple[np.ndarray, bytes]:
     offsets = np.zeros(len(strings) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([len(s) for s in strings], dtype=np.int64)
@@ -957,7 +974,9 @@ def _finish(t: _Tables) -> dict:
             "leader_recovery_state": np.array(c["leader_recovery_state"], np.int8),
             "isr": _padded(c["isr"], w["c_isr"]), "isr_count": np.array(c["isr_count"], np.int16),
             "replicas": _padded(c["replicas"], w["c_rep"]), "replica_count": np.array(c["replica_count"], np.int16),
-            "extras": _flags(c["extras"])},
+            "extras": _flags(c["extras"]),
+            **{name: _padded([v or [] for v in c[name]], w[name]) for name in MORE_LIST_COLUMNS},
+            **{name + "_count": _counts(c[name]) for name in MORE_LIST_COLUMNS}},
         "remove_topics": {"record_index": np.array(t.removes["record_index"], np.int32),
                           "topic_id": _ids(t.removes["topic_id"]), "extras": _flags(t.removes["extras"])},
         "configs": {
