@@ -107,6 +107,8 @@ def deliver(deliveries: tuple[Delivery, ...], listener, snapshots) -> None:
     """Hand ``deliveries`` to ``listener`` in order; a run of consecutive commits goes to
     ``listener.handle_commits`` in one call when the listener has that method, and a CommitRun
     to ``listener.handle_commit_run`` (else as its batches)."""
+    if not deliveries:  # most Readies (an empty poll's, a Fetch answer's): no listener lookups
+        return
     in_bulk = getattr(listener, "handle_commits", None)
     as_run = getattr(listener, "handle_commit_run", None)
     run: list[LogBatch] = []
