@@ -871,7 +871,7 @@ class RaftCore:
                     raise SafetyViolationError(f"node {self.node_id}: delivery gap at {at}")
                 deliveries.append(CommitRun(run))
                 at, budget, records_left = run.next_offset, budget - k, records_left - run.record_count
-                self._delivered_batch_bytes = max(1, len(run.raw) // k)
+                self._delivered_batch_bytes = max(1, run.nbytes // k)
                 continue
             used = used_bytes = 0
             for b in batches:

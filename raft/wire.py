@@ -381,6 +381,14 @@ class BatchRun(Sequence):
         return self._view[int(self._positions[0]):int(self._positions[-1] + self._sizes[-1])]
 
     @property
+    def nbytes(self) -> int:
+        """``len(self.raw)`` without making the view (the tail memo and the core's deliveries ask
+        it of every run of a commit: a view and its slice bounds were ~2 us each time)."""
+        if not len(self._bases):
+            return 0
+        return int(self._positions[-1] + self._sizes[-1] - self._positions[0])
+
+    @property
     def base_offset(self) -> int:
         return int(self._bases[0])
 

@@ -301,7 +301,7 @@ class TailMemo:
 
     def appended(self, run: BatchRun) -> None:
         """``run`` now ends the log (a follower's is a view of its Fetch answer: an immutable frame)."""
-        runs, nbytes = self._runs, len(run.raw)
+        runs, nbytes = self._runs, run.nbytes
         if nbytes > TAIL_MEMO_MAX_BYTES or not nbytes:
             self.clear()
             return
@@ -310,7 +310,7 @@ class TailMemo:
         runs.append(run)
         self._size_bytes += nbytes
         while self._size_bytes > TAIL_MEMO_MAX_BYTES or len(runs) > TAIL_MEMO_MAX_RUNS:
-            self._size_bytes -= len(runs.pop(0).raw)
+            self._size_bytes -= runs.pop(0).nbytes
 
     def read(self, start_offset: int, max_bytes: int, log_end_offset: int,
              until_offset: int | None = None) -> BatchRun | None:
@@ -327,11 +327,10 @@ class TailMemo:
             return None
         if k == len(runs) - 1 or (until_offset is not None and runs[k].next_offset >= until_offset):
             run = runs[k]  # a follower's delivery of the batches the last high watermark committed
-            return run if len(run.raw) <= max_bytes else None
-        raws = [r.raw for r in runs[k:]]
-        if sum(len(r) for r in raws) > max_bytes:
+            return run if run.nbytes <= max_bytes else None
+        if sum(r.nbytes for r in runs[k:]) > max_bytes:
             return None
-        return split_batches(b"".join(raws))
+        return split_batches(b"".join([r.raw for r in runs[k:]]))
 
 
 def _stamped_run(built, base_offset: int, last_offset: int, epoch: int) -> BatchRun:
