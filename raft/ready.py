@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kraftlog.raft.messages import Envelope, FetchResponse
-from kraftlog.raft.types import ElectionState, LogBatch, OffsetAndEpoch
+from kraftlog.raft.types import ElectionState, LogBatch, OffsetAndEpoch, fast_frozen_init
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +51,7 @@ class Commit:
     batch: LogBatch
 
 
+@fast_frozen_init  # made on every commit (raft/types.py)
 @dataclass(frozen=True, slots=True)
 class CommitRun:
     """Consecutive committed batches delivered at once, from a log whose reads come as runs
@@ -68,6 +69,7 @@ class LeaderChangeNotice:
 Delivery = LoadSnapshot | Commit | CommitRun | LeaderChangeNotice
 
 
+@fast_frozen_init  # made on every commit (raft/types.py)
 @dataclass(frozen=True, slots=True)
 class Ready:
     election: ElectionState | None
