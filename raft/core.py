@@ -73,6 +73,7 @@ from kraftlog.raft.types import (
 )
 
 _READ_SLACK_BYTES = 4096  # a delivery read asks for this much beyond its estimate
+_NO_DEADLINE_MS = 1 << 62  # later than any clock reading: _next_poll_ms's "no candidate yet"
 
 U, V, P, C, L, F, R = (Role.UNATTACHED, Role.VOTED, Role.PROSPECTIVE, Role.CANDIDATE, Role.LEADER,
                        Role.FOLLOWER, Role.RESIGNED)
@@ -424,7 +425,9 @@ class RaftCore:
         if self._qs.election_dirty:
             election = self._qs.persisted
             self._qs.election_dirty = False
-        ready = Ready(election, self._flush, tuple(self._outbox), tuple(self._deliveries),
+        # an empty poll (about half of a commit's) makes no tuples: () is one shared object
+        ready = Ready(election, self._flush, tuple(self._outbox) if self._outbox else (),
+                      tuple(self._deliveries) if self._deliveries else (),
                       now if more else self._next_poll_ms(now))
         self._outbox.clear()
         self._deliveries.clear()
@@ -445,35 +448,62 @@ class RaftCore:
         return NodeState(U, epoch, deadline_ms=now + self._election_timeout())
 
     def _next_poll_ms(self, now: int) -> int:
+        """The earliest future instant a timer is due: the fetch timeout's, or the first of the
+        deadlines below that lies after ``now`` (anything due now was handled by this poll).
+
+        Every poll asks this (about half a commit's polls are empty ones), so it keeps a running
+        minimum instead of building the candidates' list (~8% of a poll's own time)."""
         s = self._qs.current
-        times = [now + self.config.fetch_timeout_ms]
-        if s.role is not L:
-            times.append(s.deadline_ms)
-        if s.role is C and s.backoff_until_ms >= 0:
-            times.append(s.backoff_until_ms)
-        # each on every poll: the maps are tested for emptiness before a comprehension is made
-        # (most are empty, and an empty generator costs as much as a short list)
-        if s.role is F:
-            times.append(self._fetch_backoff_until_ms)
-            if self._observer_parked:
-                times += [p.deadline_ms for p in self._observer_parked.values()]
-            if self._read_replica != NO_ID:
-                times.append(self._read_replica_until_ms)
+        first = now + self.config.fetch_timeout_ms
+        best = first if first > now else _NO_DEADLINE_MS
+        role = s.role
+        if role is not L:
+            t = s.deadline_ms
+            if now < t < best:
+                best = t
+            if role is C and s.backoff_until_ms >= 0:
+                t = s.backoff_until_ms
+                if now < t < best:
+                    best = t
+            if role is F:
+                t = self._fetch_backoff_until_ms
+                if now < t < best:
+                    best = t
+                if self._observer_parked:
+                    for p in self._observer_parked.values():
+                        if now < p.deadline_ms < best:
+                            best = p.deadline_ms
+                if self._read_replica != NO_ID:
+                    t = self._read_replica_until_ms
+                    if now < t < best:
+                        best = t
         if self._inflight:
-            times += [p.deadline_ms for p in self._inflight.values()]
+            for p in self._inflight.values():
+                if now < p.deadline_ms < best:
+                    best = p.deadline_ms
         if self._retry_at:
-            times += self._retry_at.values()
+            for t in self._retry_at.values():
+                if now < t < best:
+                    best = t
         leader = self._leader
         if leader is not None:
             if leader.parked:  # and a parked Fetch may be waiting for the HW's turn
-                times += [p.deadline_ms for p in leader.parked.values()]
-                times.append(self._hw_advanced_ms + self.config.hw_notify_delay_ms)
+                for p in leader.parked.values():
+                    if now < p.deadline_ms < best:
+                        best = p.deadline_ms
+                t = self._hw_advanced_ms + self.config.hw_notify_delay_ms
+                if now < t < best:
+                    best = t
             # the first instant the check-quorum test could fail (_quorum_fetched)
-            times.append(max(leader.since_ms + self.config.check_quorum_timeout_ms, leader.quorum_ok_until_ms))
+            t = max(leader.since_ms + self.config.check_quorum_timeout_ms, leader.quorum_ok_until_ms)
+            if now < t < best:
+                best = t
         if self._consumer_parked:
-            times += [p.deadline_ms for p in self._consumer_parked.values()]
-        # only future instants matter: anything due now was handled by this poll
-        return min([t for t in times if t > now] or times[:1])
+            for p in self._consumer_parked.values():
+                if now < p.deadline_ms < best:
+                    best = p.deadline_ms
+        # no future instant at all (a fetch timeout of 0): the fetch timeout's, due now
+        return first if best == _NO_DEADLINE_MS else best
 
     def _expire_requests(self, now: int) -> None:
         if not self._inflight and not self._retry_at:  # a leader's every poll: nothing in flight
@@ -793,7 +823,7 @@ class RaftCore:
 
     def _maybe_advance_hw(self, now: int) -> None:
         lp = self._leader
-        ends = sorted((p.end_offset for p in lp.voters.values()), reverse=True)
+        ends = sorted([p.end_offset for p in lp.voters.values()], reverse=True)  # a list: no generator
         majority_end = ends[self.majority - 1]
         # Only an offset past our LeaderChange record proves the earlier entries committed.
         if majority_end > lp.epoch_start_offset and majority_end > self._hw:
@@ -823,6 +853,9 @@ class RaftCore:
                 raise SafetyViolationError(f"node {self.node_id} would load a snapshot while leading")
             self._deliveries.append(LoadSnapshot(snapshot_id))
             self._listener_next = snapshot_id.offset
+        if self._listener_next >= self._hw:  # nothing new committed (most polls): no bounds, no read
+            self._notify_leader_change()
+            return False
         budget, records_left, read_bytes = self._delivery_bounds()
         hw, deliveries, at = self._hw, self._deliveries, self._listener_next  # locals: one pass per batch
         while at < hw and budget > 0 and records_left > 0:
@@ -838,7 +871,7 @@ class RaftCore:
                     raise SafetyViolationError(f"node {self.node_id}: delivery gap at {at}")
                 deliveries.append(CommitRun(run))
                 at, budget, records_left = run.next_offset, budget - k, records_left - run.record_count
-                self._delivered_batch_bytes = max(1, len(run.raw) // k)
+                self._delivered_batch_bytes = max(1, run.nbytes // k)
                 continue
             used = used_bytes = 0
             for b in batches:
@@ -1049,9 +1082,13 @@ class RaftCore:
                                  preferred_read_replica=read_replica)
         if req.replica_id >= 0:
             progress = self._progress_of(req.replica_id)
+            moved = progress.end_offset != offset
             progress.record_fetch(offset, self.log.end_offset(), now)
             progress.rack = req.rack
-            if req.replica_id in self._leader.voters:
+            # the HW is a function of the voters' ends, evaluated whenever one changes (here and in
+            # _update_local_progress): a fetch at the same offset (the answer to a parked Fetch, a
+            # repeat) cannot move it
+            if moved and req.replica_id in self._leader.voters:
                 self._maybe_advance_hw(now)
             progress.last_sent_hw = self._hw
         batches = self.log.read(offset, min(req.max_bytes, self.config.fetch_max_bytes))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kraftlog.raft.types import NO_EPOCH, NO_ID, Errors, LogBatch, OffsetAndEpoch
+from kraftlog.raft.types import NO_EPOCH, NO_ID, Errors, LogBatch, OffsetAndEpoch, fast_frozen_init
 
 # --- Vote (api key 52) -----------------------------------------------------------------
 
@@ -104,6 +104,7 @@ class EndQuorumEpochResponse:
 # --- Fetch (1) --------------------------------------------------------------------------
 
 
+@fast_frozen_init  # made on every commit (raft/types.py)
 @dataclass(frozen=True, slots=True)
 class FetchRequest:
     """Fetch v13+ for one partition. cluster_id -> ClusterId, replica_id -> ReplicaId
@@ -126,6 +127,7 @@ class FetchRequest:
     rack: str | None = None
 
 
+@fast_frozen_init  # made on every commit (raft/types.py)
 @dataclass(frozen=True, slots=True)
 class FetchResponse:
     """error_code -> ErrorCode (top level), partition_error -> PartitionData ErrorCode,
@@ -239,6 +241,7 @@ REQUEST_TYPES = (
 )
 
 
+@fast_frozen_init  # made on every commit (raft/types.py)
 @dataclass(frozen=True, slots=True)
 class Envelope:
     """One message on the wire: who sent it, to whom, and the correlation id that pairs a

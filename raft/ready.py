@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kraftlog.raft.messages import Envelope, FetchResponse
-from kraftlog.raft.types import ElectionState, LogBatch, OffsetAndEpoch
+from kraftlog.raft.types import ElectionState, LogBatch, OffsetAndEpoch, fast_frozen_init
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +51,7 @@ class Commit:
     batch: LogBatch
 
 
+@fast_frozen_init  # made on every commit (raft/types.py)
 @dataclass(frozen=True, slots=True)
 class CommitRun:
     """Consecutive committed batches delivered at once, from a log whose reads come as runs
@@ -68,6 +69,7 @@ class LeaderChangeNotice:
 Delivery = LoadSnapshot | Commit | CommitRun | LeaderChangeNotice
 
 
+@fast_frozen_init  # made on every commit (raft/types.py)
 @dataclass(frozen=True, slots=True)
 class Ready:
     election: ElectionState | None
@@ -107,6 +109,8 @@ def deliver(deliveries: tuple[Delivery, ...], listener, snapshots) -> None:
     """Hand ``deliveries`` to ``listener`` in order; a run of consecutive commits goes to
     ``listener.handle_commits`` in one call when the listener has that method, and a CommitRun
     to ``listener.handle_commit_run`` (else as its batches)."""
+    if not deliveries:  # most Readies (an empty poll's, a Fetch answer's): no listener lookups
+        return
     in_bulk = getattr(listener, "handle_commits", None)
     as_run = getattr(listener, "handle_commit_run", None)
     run: list[LogBatch] = []

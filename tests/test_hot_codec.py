@@ -304,3 +304,32 @@ def test_a_followers_successive_fetches_are_kios_bytes(moves):
         request = FetchRequest("cluster-x", 2, 500, 8 << 20, epoch, offset, epoch, offset // 2, "rack-a")
         assert hot_codec.encode_fetch_request(corr, "raft-2", request) == \
             wire.encode_request_envelope(Envelope(2, 1, corr, request), "raft-2")
+
+
+def test_the_hand_checked_epoch_fields_are_the_ones_check_epochs_walks():
+    """decode_fetch_request / decode_fetch_response check their epochs inline rather than through
+    wire.check_epochs: the fields they name must stay the ones check_epochs would walk."""
+    from kraftlog.raft.wire import _epoch_fields
+
+    assert _epoch_fields(FetchRequest) == hot_codec.REQUEST_EPOCH_FIELDS
+    assert _epoch_fields(FetchResponse) == hot_codec.RESPONSE_EPOCH_FIELDS
+
+
+@pytest.mark.parametrize("field", ["current_leader_epoch", "last_fetched_epoch", "leader_epoch", "diverging_epoch",
+                                   "snapshot_id"])
+def test_each_hand_checked_epoch_past_the_largest_is_refused_as_kio_refuses_it(field):
+    """Every epoch the hand decoders check inline, one past MAX_EPOCH: refused with the field's
+    name, on the hot path as on kio's."""
+    too_big = wire.MAX_EPOCH + 1
+    if field in hot_codec.REQUEST_EPOCH_FIELDS:
+        request = replace(FetchRequest(None, 2, 0, 0, 5, 0, 5, 0), **{field: too_big})
+        frame = hot_codec.encode_fetch_request(1, None, request)[4:]
+        decoders = (hot_codec.decode_fetch_request, kio_request)
+    else:
+        value = too_big if field == "leader_epoch" else OffsetAndEpoch(7, too_big)
+        frame = hot_codec.encode_fetch_response(1, replace(FetchResponse(Errors.NONE, Errors.NONE, 1, 2, 0, 0),
+                                                           **{field: value}))[4:]
+        decoders = (hot_codec.decode_fetch_response, kio_response)
+    for decode in decoders:
+        with pytest.raises(wire.WireFormatError, match=field):
+            decode(frame)

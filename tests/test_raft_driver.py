@@ -642,3 +642,61 @@ def test_a_read_s_messages_are_acted_on_at_the_read_s_end():
         await driver.stop(resign=False)
 
     asyncio.run(scenario())
+
+
+def test_a_produce_committed_by_a_read_is_answered_before_that_read_s_poll():
+    """The answer to a Produce is the one message on its client's path: when a read's messages (a
+    follower's Fetch) move the high watermark past it, the pass that read wakes answers it before
+    it polls; a read that commits nothing answers nothing, and the pass that sees it commit does."""
+    from kraftlog.raft.aio.driver import RaftDriver
+    from kraftlog.raft.ready import Ready
+
+    events = []
+
+    class Core:
+        node_id, role, epoch, leader_id, high_watermark = 1, Role.LEADER, 1, 1, 0
+        end = 0  # the next offset appended
+
+        def step(self, env):
+            events.append(("step", env))
+            self.high_watermark = env  # the follower's Fetch moves the HW to its fetch offset
+
+        def append(self, records):
+            self.end += len(records)
+            return self.end - 1
+
+        def poll(self):
+            events.append(("poll", self.high_watermark))
+            return Ready(None, False, (), (), 10**12)
+
+    class Channel:
+        on_envelope = on_produce = on_read_done = None
+
+        def send(self, envelope):
+            raise AssertionError("nothing to send")
+
+    def read(*messages):  # one transport read: its messages, then its end
+        for m in messages:
+            channel.on_envelope(m)
+        channel.on_read_done()
+
+    def produce(value):
+        channel.on_produce([value], lambda *answer: events.append(("answer", answer[1])))
+        channel.on_read_done()
+
+    async def scenario():
+        driver = RaftDriver(core, log=None, quorum_store=None, snapshots=None, listener=None, channel=channel)
+        driver.start()
+        await asyncio.sleep(0)
+        del events[:]  # start's own wake-up
+        produce(b"v")  # offset 0, polled: not committed yet
+        read(1)  # the Fetch that commits it (HW 1): answered before the poll
+        produce(b"w")  # offset 1
+        read(1)  # a Fetch that commits nothing new
+        read(2)  # and the one that commits offset 1
+        assert events == [("poll", 0), ("step", 1), ("answer", 0), ("poll", 1), ("poll", 1), ("step", 1),
+                          ("poll", 1), ("step", 2), ("answer", 1), ("poll", 2)]
+        await driver.stop(resign=False)
+
+    core, channel = Core(), Channel()
+    asyncio.run(scenario())

@@ -463,6 +463,8 @@ def test_short_run_on_lists_reads_as_the_array_path(buf, data):
         run = wire.split_batches(buf)
     except CorruptRecordError:
         return
+    assert run.nbytes == len(run.raw) == len(buf)
+    assert run[:] is run and run[:len(run) + 1] is run  # a whole slice is the (immutable) run itself
     if len(run) > SMALL_RUN_BATCHES:
         assert all(type(getattr(run, row)) is not list for row in ("_bases", "_counts", "_sizes"))
         return
@@ -479,6 +481,7 @@ def test_short_run_on_lists_reads_as_the_array_path(buf, data):
     assert _header_of(run[k]) == _header_of(ref[k])
     start, stop = data.draw(st.integers(0, len(run))), data.draw(st.integers(0, len(run)))
     assert bytes(run[start:stop].raw) == bytes(ref[start:stop].raw)
+    assert run[start:stop].nbytes == ref[start:stop].nbytes == len(run[start:stop].raw)
     end = data.draw(st.integers(run.base_offset - 1, run.next_offset + 1))
     most_batches, most_records = data.draw(st.integers(0, len(run) + 1)), data.draw(st.integers(0, 200))
     assert run.take(end, most_batches, most_records) == ref.take(end, most_batches, most_records)

@@ -142,3 +142,57 @@ def test_the_memo_steps_aside_when_it_cannot_answer(tmp_path):
 
 def _no_read(*_args, **_kwargs):
     raise AssertionError("the engine log was read")
+
+
+def _rows(run) -> tuple:
+    return (bytes(run.raw), list(run._bases), list(run._counts), list(run._epochs), list(run._attributes),
+            list(run._positions), list(run._sizes))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.binary(max_size=300), min_size=1, max_size=6), st.integers(0, 1 << 40), st.integers(0, 1 << 30),
+       st.sampled_from(["values", "client", "control"]))
+def test_a_leader_append_s_memo_run_is_the_run_split_batches_makes(values, base_offset, epoch, kind):
+    """The leader's memo of its append (``_stamped_run``, made from the batch's header without a
+    scan) is, row for row and byte for byte, what split_batches makes of the stamped bytes: for a
+    batch built from values, a Produce's batch taken as written, and a LeaderChange control batch."""
+    from kraftlog.engine.node.raftlog import _stamped_run
+    from kraftlog.engine.records import batch as batch_codec
+    from kraftlog.engine.records.layout import BASE_OFFSET_OFFSET, LEADER_EPOCH_OFFSET
+
+    if kind == "control":
+        from kraftlog.raft.control import encode_leader_change
+        from kraftlog.raft.wire import leader_change_value
+
+        built = batch_codec.build_control_batch(batch_codec.CONTROL_LEADER_CHANGE,
+                                                leader_change_value(encode_leader_change(1, [1, 2, 3], [1, 2])))
+    else:
+        built = batch_codec.build_batch_from_values(values)
+        if kind == "client":
+            built = memoryview(bytearray(built)).toreadonly()  # a view of a Produce frame, as the transport lends it
+    count = 1 if kind == "control" else len(values)
+    stamped = bytearray(built)
+    stamped[BASE_OFFSET_OFFSET:BASE_OFFSET_OFFSET + 8] = base_offset.to_bytes(8, "big", signed=True)
+    stamped[LEADER_EPOCH_OFFSET:LEADER_EPOCH_OFFSET + 4] = epoch.to_bytes(4, "big", signed=True)
+    made = _stamped_run(built, base_offset, base_offset + count - 1, epoch)
+    assert _rows(made) == _rows(split_batches(bytes(stamped)))
+    assert [b.base_offset for b in made] == [base_offset] and made.next_offset == base_offset + count
+    assert bytes(built[:8]) == bytes(8)  # ``built`` left as it was (built at base offset 0)
+    with pytest.raises(TypeError):
+        made.raw[0] = 1  # the memo's bytes cannot be written through the run
+
+
+def test_a_leader_append_that_is_not_one_batch_falls_back_to_the_scan():
+    """Bytes that are not one whole batch ending where the append says take split_batches (which
+    names the problem) rather than a hand-made run."""
+    from kraftlog.engine.node.raftlog import _stamped_run
+    from kraftlog.engine.records import batch as batch_codec
+    from kraftlog.errors import CorruptRecordError
+
+    one = batch_codec.build_batch_from_values([b"a", b"b"])
+    with pytest.raises(CorruptRecordError):
+        _stamped_run(one + batch_codec.build_batch_from_values([b"c"]), 5, 7, 1)  # 2nd batch's base 0: not 7
+    with pytest.raises(CorruptRecordError):
+        _stamped_run(one[:-1], 5, 6, 1)  # a torn batch
+    assert len(_stamped_run(one, 5, 6, 1)) == 1
+    assert _rows(_stamped_run(one, 5, 9, 1)) == _rows(split_batches(bytes(_stamped_run(one, 5, 6, 1).raw)))

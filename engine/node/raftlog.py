@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import struct
 from collections.abc import Sequence
 
 import numpy as np
@@ -49,7 +50,15 @@ from kraftlog.engine.layout import SNAPSHOT_FILE_NAME
 from kraftlog.engine.log.errors import OffsetOutOfRangeError
 from kraftlog.engine.log.log import Log, LogConfig
 from kraftlog.engine.records import batch as batch_codec
-from kraftlog.engine.records.layout import BASE_OFFSET_OFFSET, LEADER_EPOCH_OFFSET, SMALL_RUN_BATCHES
+from kraftlog.engine.records.layout import (
+    BASE_OFFSET_OFFSET,
+    HEADER,
+    HEADER_SIZE,
+    LEADER_EPOCH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC,
+    SMALL_RUN_BATCHES,
+)
 from kraftlog.errors import CorruptRecordError, UndecodableRecordError
 from kraftlog.raft.protocols import LogAppendInfo
 from kraftlog.raft.types import LogBatch, OffsetAndEpoch
@@ -59,6 +68,8 @@ from kraftlog.raft.wire import BatchRun, ClientBatch, encode_batches, leader_cha
 # follower's memo is a view of the Fetch answer it came in, so a bound keeps a catch-up's 8 MiB
 # answers from being held after their append.
 TAIL_MEMO_MAX_BYTES = 64 * 1024
+_OFFSET = struct.Struct(">q")  # a batch's baseOffset
+_EPOCH = struct.Struct(">i")  # its partitionLeaderEpoch
 TAIL_MEMO_MAX_RUNS = 8
 
 # raft decides when to fsync (flush policy off); the active segment's file is kept 4 MiB ahead of its
@@ -108,7 +119,7 @@ class EngineRaftLog:
             built = batch_codec.build_batch_from_values(records)
         info = self.log.append_as_leader(built, epoch)
         if len(built) <= TAIL_MEMO_MAX_BYTES:
-            self._tail.appended(_stamped_run(built, info.first_offset, epoch))
+            self._tail.appended(_stamped_run(built, info.first_offset, info.last_offset, epoch))
         else:
             self._tail.clear()
         return LogAppendInfo(info.first_offset, info.last_offset)
@@ -290,7 +301,7 @@ class TailMemo:
 
     def appended(self, run: BatchRun) -> None:
         """``run`` now ends the log (a follower's is a view of its Fetch answer: an immutable frame)."""
-        runs, nbytes = self._runs, len(run.raw)
+        runs, nbytes = self._runs, run.nbytes
         if nbytes > TAIL_MEMO_MAX_BYTES or not nbytes:
             self.clear()
             return
@@ -299,7 +310,7 @@ class TailMemo:
         runs.append(run)
         self._size_bytes += nbytes
         while self._size_bytes > TAIL_MEMO_MAX_BYTES or len(runs) > TAIL_MEMO_MAX_RUNS:
-            self._size_bytes -= len(runs.pop(0).raw)
+            self._size_bytes -= runs.pop(0).nbytes
 
     def read(self, start_offset: int, max_bytes: int, log_end_offset: int,
              until_offset: int | None = None) -> BatchRun | None:
@@ -316,19 +327,33 @@ class TailMemo:
             return None
         if k == len(runs) - 1 or (until_offset is not None and runs[k].next_offset >= until_offset):
             run = runs[k]  # a follower's delivery of the batches the last high watermark committed
-            return run if len(run.raw) <= max_bytes else None
-        raws = [r.raw for r in runs[k:]]
-        if sum(len(r) for r in raws) > max_bytes:
+            return run if run.nbytes <= max_bytes else None
+        if sum(r.nbytes for r in runs[k:]) > max_bytes:
             return None
-        return split_batches(b"".join(raws))
+        return split_batches(b"".join([r.raw for r in runs[k:]]))
 
 
-def _stamped_run(built: bytes, base_offset: int, epoch: int) -> BatchRun:
+def _stamped_run(built, base_offset: int, last_offset: int, epoch: int) -> BatchRun:
     """The one batch ``built`` as the log holds it: Log.append_as_leader writes it with its base
-    offset and partitionLeaderEpoch stamped (neither is under the CRC) and leaves ``built`` as it was."""
+    offset and partitionLeaderEpoch stamped (neither is under the CRC) and leaves ``built`` as it was.
+
+    Its header rows are known without a scan (one batch at position 0: the stamped base offset
+    and epoch, its attributes and record count read from its header), so the run is made directly,
+    the run split_batches makes of the same bytes (tests/test_raftlog_tail.py compares them). This
+    is on a commit's path between the leader's log write and its first Fetch answer: the copy to
+    bytes and the native scan it replaces were ~10% of that hop's Python. Bytes that are not one
+    whole batch ending at ``last_offset`` take split_batches, which names what is wrong."""
     raw = bytearray(built)
-    raw[BASE_OFFSET_OFFSET:BASE_OFFSET_OFFSET + 8] = base_offset.to_bytes(8, "big", signed=True)
-    raw[LEADER_EPOCH_OFFSET:LEADER_EPOCH_OFFSET + 4] = epoch.to_bytes(4, "big", signed=True)
+    _OFFSET.pack_into(raw, BASE_OFFSET_OFFSET, base_offset)
+    _EPOCH.pack_into(raw, LEADER_EPOCH_OFFSET, epoch)
+    if len(raw) >= HEADER_SIZE:
+        header = HEADER.unpack_from(raw)
+        length, magic, attributes, last_delta, count = header[1], header[3], header[5], header[6], header[12]
+        if length + LOG_OVERHEAD == len(raw) and magic == MAGIC and last_delta + 1 == count \
+                and base_offset + count - 1 == last_offset:
+            # a read-only view of a buffer nothing else holds: as immutable as bytes, one copy fewer
+            return BatchRun(memoryview(raw).toreadonly(), [base_offset], [count], [epoch], [attributes], [0],
+                            [len(raw)])
     return split_batches(bytes(raw))
 
 

@@ -356,6 +356,12 @@ class RaftDriver:
     def _pass(self) -> None:
         self._piece_due = False
         self._held_since_ms = 0
+        if self._waiters:
+            # the read that woke this pass (a follower's Fetch) may have moved the high watermark
+            # past waiting proposals: a Produce's answer is the one message on its client's path,
+            # and leaves before the poll makes this pass's deliveries and Ready (its commit is on
+            # a majority's disks already; the poll only adds what to persist, send and apply next)
+            self._settle_waiters()
         if self._linger_due:
             self._append_queued()
         ready = None
