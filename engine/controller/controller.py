@@ -629,7 +629,7 @@ class Controller:
             return ErrorCode.invalid_topic_exception, problem
         if counts[t.name] > 1:
             return ErrorCode.invalid_request, f"topic {t.name!r} appears {counts[t.name]} times in the request"
-        if image.topics.topic(t.name) is not None:
+        if image.topics.topic_row(t.name) is not None:
             return ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists."
         if t.assignments:
             return ErrorCode.invalid_request, "manual replica assignments are not supported yet"
