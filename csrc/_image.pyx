@@ -789,6 +789,247 @@ def apply_changes(list partition_chunks, list topic_chunks, tuple written_names,
     return (pos, count)
 
 
+# ---- the whole topic stream in one pass: changes, configs and topic deletes, in log order ---------
+# apply_topic_stream walks ``order`` from ``start`` like apply_changes, and also applies, in the same
+# log order, the ConfigRecords and RemoveTopicRecords the decoded columns hold whole, so the loader
+# gets control back only at a record the pass does not apply: a TopicRecord or PartitionRecord (a
+# creation: the loader's bulk step), a record with extras or of a version the columns do not
+# decode, a RemoveTopicRecord of an unknown topic, or a PartitionChangeRecord apply_changes stops
+# at. The loader replays that record on its own, which also raises the typed error, word for word.
+#
+# A ConfigRecord is MetadataDelta.replay_config (Kafka's ConfigurationsDelta): (resource type,
+# resource name) -> {name: value}; a null value deletes the key, a resource left without keys goes,
+# the same value again changes nothing. ``configs`` is MetadataDelta.configs (a _MapDelta): its
+# ``items`` dict once owned, else its ``base`` mapping; ``writable()`` owns it, called on the first
+# real change only, so a region of no-op configs leaves the delta's configs as they were. The
+# values are MappingProxyType, built here.
+#
+# A RemoveTopicRecord does what TopicsDelta.replay_remove_topic and MetadataDelta.replay_remove_topic
+# do: the topic's partition rows get topic_row -1, its topic row live False (each column's chunk
+# owned through the writer's callback on first touch, as above), its name and id leave the delta's
+# (mutable) indexes, a topic of the base image is listed in ``deleted`` (id -> name), and its
+# configs (resource type TOPIC, its name) go with it. A later PartitionChangeRecord of it finds no
+# topic and is handed back (the loader reports the unknown topic).
+DEF CONFIG_RECORD = 4  # apiKey
+DEF REMOVE_TOPIC_RECORD = 9  # apiKey
+DEF TOPIC_RESOURCE_TYPE = 2  # Kafka's ConfigResource.Type.TOPIC
+# remove_args, by position
+DEF R_RECORD_INDEX = 0
+DEF R_TOPIC_ID = 1
+DEF R_EXTRAS = 2
+DEF R_TOPIC_ROW_OWNED = 3
+DEF R_OWN_TOPIC_ROW = 4
+DEF R_LIVE_OWNED = 5
+DEF R_OWN_LIVE = 6
+DEF R_NAMES = 7
+DEF R_NAME_SLOT_HASH = 8
+DEF R_NAME_SLOT_ROW = 9
+DEF R_BASE_TOPIC_ROWS = 10
+DEF R_DELETED = 11
+DEF N_REMOVE_ARGS = 12
+# change_args, by position (apply_changes' arguments): the id index's slot arrays
+DEF C_ID_SLOT_HASH = 5
+DEF C_ID_SLOT_ROW = 6
+DEF N_CHANGE_ARGS = 15
+
+import uuid as _uuid_module
+
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+
+cdef extern from "Python.h":
+    object PyDictProxy_New(object mapping)
+
+_UUID = _uuid_module.UUID
+_U64_MASK = (1 << 64) - 1
+
+
+cdef inline bint whole_row(const int32_t[::1] record_index, const uint8_t[::1] extras, int64_t row,
+                           int64_t i) noexcept nogil:
+    # kind_rows points into ``other`` for a version the columns do not decode: record_index tells
+    return 0 <= row < record_index.shape[0] and record_index[row] == i and not extras[row]
+
+
+cdef str blob_text(const uint8_t[::1] blob, const int64_t[::1] offsets, int64_t row):
+    cdef int64_t lo = offsets[row], hi = offsets[row + 1]
+    if lo < 0 or hi < lo or hi > blob.shape[0]:
+        raise ValueError(f"string {row}: offsets {lo}..{hi} run outside the blob")
+    if hi == lo:
+        return ""
+    return PyUnicode_DecodeUTF8(<const char *>&blob[0] + lo, hi - lo, "strict")
+
+
+cdef dict writable_configs(configs):
+    items = configs.items
+    return configs.writable() if items is None else items
+
+
+cdef bint put_config(configs, tuple key, str name, str value) except -1:
+    # MetadataDelta.replay_config (value None: delete the key); True when the configs changed
+    items = configs.items
+    current = (configs.base if items is None else items).get(key)
+    if value is None:
+        if current is None or name not in current:
+            return False
+    elif current is not None and current.get(name) == value:
+        return False
+    cdef dict updated = {} if current is None else dict(current)
+    if value is None:
+        del updated[name]
+    else:
+        updated[name] = value
+    if updated:
+        writable_configs(configs)[key] = PyDictProxy_New(updated)
+    else:
+        del writable_configs(configs)[key]
+    return True
+
+
+cdef bint drop_configs(configs, tuple key) except -1:
+    # the configs of ``key`` go, if it has any; True when it had
+    items = configs.items
+    if key not in (configs.base if items is None else items):
+        return False
+    del writable_configs(configs)[key]
+    return True
+
+
+cdef int tombstone(uint32_t[::1] slot_hash, int32_t[::1] slot_row, uint64_t h, int32_t row) except -1:
+    # the slot holding ``row`` for hash ``h`` becomes TOMBSTONE (remove above)
+    cdef Py_ssize_t size = slot_row.shape[0], probes = 0
+    cdef uint64_t mask = size - 1, s = h & mask
+    while slot_row[s] != EMPTY and probes < size:
+        if slot_row[s] == row:
+            slot_row[s] = TOMBSTONE
+            return 0
+        s = (s + 1) & mask
+        probes += 1
+    raise AssertionError(f"topic row {row} is not in its index")
+
+
+cdef char *writable_cell(list owned, object own, str name, int64_t row, int shift) except NULL:
+    # the address of ``row`` in the writer-owned array of ``name`` (owned through ``own`` on first touch)
+    cdef int64_t k = row >> shift
+    item = owned[k] if k < len(owned) else None
+    if item is None:
+        item = own(name, k, 0)
+    cdef cnp.ndarray a = <cnp.ndarray>item
+    if not cnp.PyArray_ISWRITEABLE(a) or cnp.PyArray_NDIM(a) != 1:
+        raise ValueError(f"{name}: chunk {k} is not a writable 1-D array")
+    return <char *>cnp.PyArray_DATA(a) + (row & ((<int64_t>1 << shift) - 1)) * cnp.PyArray_STRIDE(a, 0)
+
+
+cdef bint drop_topic(tuple remove_args, tuple change_args, configs, int64_t trow, int32_t first,
+                     int32_t pcount, int64_t hi, int64_t lo, int shift) except -1:
+    # RemoveTopicRecord of the live topic row ``trow``; True when its configs went too
+    cdef int64_t r
+    cdef Py_ssize_t size
+    topic_row_owned, own_topic_row = remove_args[R_TOPIC_ROW_OWNED], remove_args[R_OWN_TOPIC_ROW]
+    for r in range(first, first + pcount):
+        (<int32_t *>writable_cell(topic_row_owned, own_topic_row, "topic_row", r, shift))[0] = -1
+    (<uint8_t *>writable_cell(remove_args[R_LIVE_OWNED], remove_args[R_OWN_LIVE], "live", trow, shift))[0] = 0
+    cdef str name = (<tuple>(<list>remove_args[R_NAMES])[trow >> shift])[trow & ((<int64_t>1 << shift) - 1)]
+    cdef const char *utf8 = PyUnicode_AsUTF8AndSize(name, &size)
+    tombstone(remove_args[R_NAME_SLOT_HASH], remove_args[R_NAME_SLOT_ROW], fnv1a(<const uint8_t *>utf8, size),
+              <int32_t>trow)
+    tombstone(change_args[C_ID_SLOT_HASH], change_args[C_ID_SLOT_ROW], uuid_hash(hi, lo), <int32_t>trow)
+    if trow < <int64_t>remove_args[R_BASE_TOPIC_ROWS]:  # else created and deleted in this delta: no trace
+        (<dict>remove_args[R_DELETED])[_UUID(int=((hi & _U64_MASK) << 64) | (lo & _U64_MASK))] = name
+    return drop_configs(configs, (TOPIC_RESOURCE_TYPE, name))
+
+
+def apply_topic_stream(tuple change_args, tuple config_args, tuple remove_args, configs,
+                       const int16_t[::1] api_keys, const int32_t[::1] kind_rows, const int64_t[::1] order,
+                       Py_ssize_t start, int64_t[::1] written, int shift):
+    """Apply ``order[start:]`` (see above) until the first record not applied whole.
+    ``change_args``: apply_changes' first fifteen arguments (partition_chunks .. extras; its id
+    index slots must be the delta's mutable copy when the records include a RemoveTopicRecord).
+    ``config_args``: the decoder's configs table (record_index, resource_type, value_null, extras,
+    config_blob, resource_name_offsets, name_offsets, value_offsets). ``remove_args``: the
+    decoder's remove_topics table (record_index, topic_id as int64 [k, 2], extras), the partitions
+    writer's owned arrays of topic_row and its own callback, the topics writer's of live and its
+    own, the delta's topic names by chunk, its name index's slot arrays (mutable), the base
+    image's topic row count and the delta's deleted-topics dict. ``configs``: MetadataDelta.configs.
+    Returns (stop, count, removed, configs_changed): order[stop] the record not applied
+    (len(order) when all were), written[:count] the partition rows the changes wrote,
+    ``removed`` the number of topics deleted."""
+    cdef Py_ssize_t n = order.shape[0], pos = start, count = 0, applied, stop
+    if not 0 <= start <= n:
+        raise ValueError(f"start {start} is outside the {n} records")
+    if written.shape[0] < n - start or api_keys.shape[0] != kind_rows.shape[0]:
+        raise ValueError("written must hold a row per record from start; api_keys and kind_rows go together")
+    if len(change_args) != N_CHANGE_ARGS or len(config_args) != 8 or len(remove_args) != N_REMOVE_ARGS:
+        raise ValueError("fifteen change arguments, eight config columns, twelve remove arguments")
+    cdef const int32_t[::1] g_rec = config_args[0]
+    cdef const int8_t[::1] g_type = config_args[1]
+    cdef const uint8_t[::1] g_null = config_args[2]
+    cdef const uint8_t[::1] g_extras = config_args[3]
+    cdef const uint8_t[::1] g_blob = config_args[4]
+    cdef const int64_t[::1] g_rname = config_args[5]
+    cdef const int64_t[::1] g_name = config_args[6]
+    cdef const int64_t[::1] g_value = config_args[7]
+    cdef const int32_t[::1] r_rec = remove_args[R_RECORD_INDEX]
+    cdef const int64_t[:, ::1] r_tid = remove_args[R_TOPIC_ID]
+    cdef const uint8_t[::1] r_extras = remove_args[R_EXTRAS]
+    if not (g_type.shape[0] == g_null.shape[0] == g_extras.shape[0] == g_rec.shape[0]
+            and g_rname.shape[0] == g_name.shape[0] == g_value.shape[0] == g_rec.shape[0] + 1
+            and r_tid.shape[0] == r_extras.shape[0] == r_rec.shape[0]):
+        raise ValueError("every config / remove column must have one value per row")
+    cdef list topic_chunks = change_args[1]
+    cdef const uint32_t[::1] id_hash = change_args[C_ID_SLOT_HASH]
+    cdef const int32_t[::1] id_row = change_args[C_ID_SLOT_ROW]
+    if id_row.shape[0] == 0 or id_hash.shape[0] != id_row.shape[0]:
+        raise ValueError("slot arrays must be of one non-zero size")
+    cdef int64_t i, row, trow, removed = 0
+    cdef bint configs_changed = False
+    cdef ColumnPart *t_hi = NULL
+    cdef ColumnPart *t_lo = NULL
+    cdef ColumnPart *t_first = NULL
+    cdef ColumnPart *t_count = NULL
+    cdef Py_ssize_t nt = len(topic_chunks)
+    i64, i32 = np.dtype(np.int64), np.dtype(np.int32)
+    try:
+        while pos < n:
+            i = order[pos]
+            if i < 0 or i >= api_keys.shape[0]:
+                break
+            row = kind_rows[i]
+            if api_keys[i] == PARTITION_CHANGE_RECORD:
+                stop, applied = apply_changes(*change_args, api_keys, kind_rows, order, pos, written[count:], shift)
+                count += applied
+                if stop == pos:
+                    break
+                pos = stop
+                continue
+            if api_keys[i] == CONFIG_RECORD and whole_row(g_rec, g_extras, row, i):
+                if put_config(configs, (g_type[row], blob_text(g_blob, g_rname, row)), blob_text(g_blob, g_name, row),
+                              None if g_null[row] else blob_text(g_blob, g_value, row)):
+                    configs_changed = True
+                pos += 1
+                continue
+            if api_keys[i] != REMOVE_TOPIC_RECORD or not whole_row(r_rec, r_extras, row, i):
+                break
+            if t_hi == NULL:  # the topic columns a delete reads (no record of the pass writes them)
+                t_hi = column_parts(current_arrays(topic_chunks, "id_hi", None), i64, False)
+                t_lo = column_parts(current_arrays(topic_chunks, "id_lo", None), i64, False)
+                t_first = column_parts(current_arrays(topic_chunks, "first_row", None), i32, False)
+                t_count = column_parts(current_arrays(topic_chunks, "partition_count", None), i32, False)
+            trow = find_topic(&id_hash[0], &id_row[0], id_row.shape[0], t_hi, t_lo, nt, r_tid[row, 0],
+                              r_tid[row, 1], shift)
+            if trow < 0:
+                break  # an unknown topic: the loader's replay reports it
+            if drop_topic(remove_args, change_args, configs, trow, (<int32_t *>cell(t_first, nt, trow, shift))[0],
+                          (<int32_t *>cell(t_count, nt, trow, shift))[0], r_tid[row, 0], r_tid[row, 1], shift):
+                configs_changed = True
+            removed += 1
+            pos += 1
+    finally:
+        free(t_hi)
+        free(t_lo)
+        free(t_first)
+        free(t_count)
+    return (pos, count, removed, configs_changed)
+
+
 # ---- topic names out of a decoded names blob --------------------------------------------------------
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 

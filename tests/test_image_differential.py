@@ -559,6 +559,7 @@ def test_every_kind_on_one_partition_applies_like_the_generic_path(decoder, appl
 
     if apply == "twin":
         monkeypatch.setattr(index, "apply_changes", index_pure.apply_changes)
+        monkeypatch.setattr(index, "apply_topic_stream", index_pure.apply_topic_stream)
     expected = generic_replay(log.values, log.applied)
     a, b = expected.topics.partition("a", 0), expected.topics.partition("b", 0)
     assert (a.eligible_leader_replicas, a.last_known_elr, a.removing_replicas, a.replicas) == ((4,), (2, 3), (2,), (2, 3, 4))

@@ -4,6 +4,9 @@ probing rule and the chunk layout."""
 
 from __future__ import annotations
 
+import uuid
+from types import MappingProxyType
+
 import numpy as np
 
 IMPLEMENTATION = "pure"
@@ -319,6 +322,138 @@ def _partition_row(topic_chunks: list, partition_chunks: list, slot_hash, slot_r
             return -1
         return prow
     return -1
+
+
+CONFIG_RECORD, REMOVE_TOPIC_RECORD = 4, 9  # apiKeys
+TOPIC_RESOURCE_TYPE = 2  # Kafka's ConfigResource.Type.TOPIC
+_CHANGE_ARGS, _CONFIG_ARGS, _REMOVE_ARGS = 15, 8, 12
+
+
+def apply_topic_stream(change_args: tuple, config_args: tuple, remove_args: tuple, configs, api_keys, kind_rows,
+                       order, start: int, written, shift: int) -> tuple[int, int, int, bool]:
+    """The native apply_topic_stream, record by record in Python: PartitionChangeRecords through
+    apply_changes, ConfigRecords and RemoveTopicRecords the columns hold whole applied in log
+    order, the same stop, the same writes and own() calls."""
+    if not 0 <= start <= len(order):
+        raise ValueError(f"start {start} is outside the {len(order)} records")
+    if len(written) < len(order) - start or len(api_keys) != len(kind_rows):
+        raise ValueError("written must hold a row per record from start; api_keys and kind_rows go together")
+    if len(change_args) != _CHANGE_ARGS or len(config_args) != _CONFIG_ARGS or len(remove_args) != _REMOVE_ARGS:
+        raise ValueError("fifteen change arguments, eight config columns, twelve remove arguments")
+    g_rec, g_type, g_null, g_extras, g_blob, g_rname, g_name, g_value = config_args
+    r_rec, r_tid, r_extras = remove_args[:3]
+    if not (len(g_type) == len(g_null) == len(g_extras) == len(g_rec)
+            and len(g_rname) == len(g_name) == len(g_value) == len(g_rec) + 1 and len(r_tid) == len(r_extras) == len(r_rec)):
+        raise ValueError("every config / remove column must have one value per row")
+    pos, count, removed, configs_changed = start, 0, 0, False
+    while pos < len(order):
+        i = int(order[pos])
+        if not 0 <= i < len(api_keys):
+            break
+        kind, row = int(api_keys[i]), int(kind_rows[i])
+        if kind == PARTITION_CHANGE_RECORD:
+            stop, applied = apply_changes(*change_args, api_keys, kind_rows, order, pos, written[count:], shift)
+            count += applied
+            if stop == pos:
+                break
+            pos = stop
+            continue
+        if kind == CONFIG_RECORD and _whole_row(g_rec, g_extras, row, i):
+            value = None if g_null[row] else _blob_text(g_blob, g_value, row)
+            key = (int(g_type[row]), _blob_text(g_blob, g_rname, row))
+            configs_changed |= _put_config(configs, key, _blob_text(g_blob, g_name, row), value)
+            pos += 1
+            continue
+        if kind != REMOVE_TOPIC_RECORD or not _whole_row(r_rec, r_extras, row, i):
+            break
+        hi, lo = int(r_tid[row, 0]), int(r_tid[row, 1])
+        trow = _find_topic(change_args[1], change_args[5], change_args[6], hi, lo, shift)
+        if trow < 0:
+            break  # an unknown topic: the loader's replay reports it
+        configs_changed |= _drop_topic(remove_args, change_args, configs, trow, hi, lo, shift)
+        removed += 1
+        pos += 1
+    return pos, count, removed, configs_changed
+
+
+def _whole_row(record_index, extras, row: int, i: int) -> bool:
+    # kind_rows points into ``other`` for a version the columns do not decode: record_index tells
+    return 0 <= row < len(record_index) and int(record_index[row]) == i and not extras[row]
+
+
+def _blob_text(blob, offsets, row: int) -> str:
+    lo, hi = int(offsets[row]), int(offsets[row + 1])
+    if lo < 0 or hi < lo or hi > len(blob):
+        raise ValueError(f"string {row}: offsets {lo}..{hi} run outside the blob")
+    return bytes(blob[lo:hi]).decode()
+
+
+def _writable_configs(configs) -> dict:
+    return configs.writable() if configs.items is None else configs.items
+
+
+def _put_config(configs, key: tuple, name: str, value: str | None) -> bool:
+    """MetadataDelta.replay_config (value None: delete the key); True when the configs changed."""
+    current = (configs.base if configs.items is None else configs.items).get(key)
+    if value is None:
+        if current is None or name not in current:
+            return False
+    elif current is not None and current.get(name) == value:
+        return False
+    updated = {} if current is None else dict(current)
+    if value is None:
+        del updated[name]
+    else:
+        updated[name] = value
+    if updated:
+        _writable_configs(configs)[key] = MappingProxyType(updated)
+    else:
+        del _writable_configs(configs)[key]
+    return True
+
+
+def _find_topic(topic_chunks: list, slot_hash, slot_row, hi: int, lo: int, shift: int) -> int:
+    """The live topic row of id (hi, lo), or -1."""
+    mask = (1 << shift) - 1
+    for trow in candidates(slot_hash, slot_row, _uuid_hash(hi, lo)):
+        t = topic_chunks[trow >> shift]
+        if int(t["id_hi"][trow & mask]) == hi and int(t["id_lo"][trow & mask]) == lo:
+            return trow
+    return -1
+
+
+def _writable_row(owned: list, own, name: str, row: int, shift: int) -> tuple[np.ndarray, int]:
+    """(the writer-owned array of ``name`` holding ``row``, owned through ``own`` on first touch; the row's index in it)."""
+    k = row >> shift
+    array = owned[k] if k < len(owned) else None
+    if array is None:
+        array = own(name, k, 0)
+    return array, row & ((1 << shift) - 1)
+
+
+def _drop_topic(remove_args: tuple, change_args: tuple, configs, trow: int, hi: int, lo: int, shift: int) -> bool:
+    """RemoveTopicRecord of the live topic row ``trow``; True when its configs went too."""
+    (topic_row_owned, own_topic_row, live_owned, own_live, names, name_hash, name_row, base_topic_rows,
+     deleted) = remove_args[3:]
+    t = change_args[1][trow >> shift]
+    local = trow & ((1 << shift) - 1)
+    first, pcount = int(t["first_row"][local]), int(t["partition_count"][local])
+    for r in range(first, first + pcount):
+        array, at = _writable_row(topic_row_owned, own_topic_row, "topic_row", r, shift)
+        array[at] = -1
+    array, at = _writable_row(live_owned, own_live, "live", trow, shift)
+    array[at] = False
+    name = names[trow >> shift][local]
+    if not remove(name_hash, name_row, hash_name(name.encode()), trow) \
+            or not remove(change_args[5], change_args[6], _uuid_hash(hi, lo), trow):
+        raise AssertionError(f"topic row {trow} is not in its index")
+    if trow < base_topic_rows:  # else created and deleted in this delta: no trace
+        deleted[uuid.UUID(int=((hi & _M64) << 64) | (lo & _M64))] = name
+    key = (TOPIC_RESOURCE_TYPE, name)
+    if key not in (configs.base if configs.items is None else configs.items):
+        return False
+    del _writable_configs(configs)[key]
+    return True
 
 
 def names_at(blob, offsets: np.ndarray, rows: np.ndarray) -> list[str]:

@@ -129,6 +129,10 @@ class LoadManifest:
     skipped_records: int = 0
     generic_records: int = 0  # records decoded by the generic codec (the rest went through columns)
     generic_types: dict[str, int] = field(default_factory=dict)  # generic_records by record type
+    # records replayed one at a time in Python (from their row of the columns, or generic): what
+    # neither the topic stream's native pass nor a bulk creation applied, by record type
+    single_records: int = 0
+    single_types: dict[str, int] = field(default_factory=dict)
     state_records: int = 0  # applied records that can change state (not NoOps, not transaction markers)
     skipped: list[tuple[int, str, str]] = field(default_factory=list)  # (offset, type, reason), first 100
     pending_transaction_offset: int | None = None
@@ -381,10 +385,9 @@ def _apply_topic_stream(ctx: _Context, indexes: np.ndarray, kinds: np.ndarray) -
     indexes = np.ascontiguousarray(indexes, dtype=np.int64)
     pos = 0
     while pos < n:
-        if kinds[pos] == API_PARTITION_CHANGE:
-            pos = ctx.apply_changes(indexes, pos)
-            if pos >= n:
-                break
+        pos = ctx.native_pass(indexes, pos)
+        if pos >= n:
+            break
         if creating[pos]:
             k = int(np.searchsorted(others, pos))
             end = int(others[k]) if k < len(others) else n
@@ -453,7 +456,11 @@ class _Context:
     def replay_one(self, i: int) -> None:
         """Replay record ``i`` on its own: from the decoded columns when they hold it whole, else
         through the generic codec (which also reports what the columns refuse to guess)."""
-        replay = _COLUMN_REPLAY.get(int(self.cols.api_keys[i]))
+        api_key = int(self.cols.api_keys[i])
+        self.manifest.single_records += 1
+        name = _api_name(api_key)
+        self.manifest.single_types[name] = self.manifest.single_types.get(name, 0) + 1
+        replay = _COLUMN_REPLAY.get(api_key)
         if replay is None:
             self.one(i)
             return
@@ -668,13 +675,17 @@ class _Context:
             return {}
         return {"directories": parts.directories[plain], "directory_count": counts}
 
-    # -- PartitionChangeRecords ----------------------------------------------------------------------
-    def apply_changes(self, indexes: np.ndarray, pos: int) -> int:
-        """The native pass over ``indexes[pos:]``; returns where it stopped (see TopicsDelta.apply_changes)."""
-        cols = self.cols
-        stop = self.delta.topics.apply_changes(cols.partition_changes, cols.api_keys, cols.kind_rows, indexes, pos)
-        if stop > pos:
-            self.delta.changed.add("topics")
+    # -- the native pass: PartitionChangeRecords, ConfigRecords, RemoveTopicRecords -------------------
+    def native_pass(self, indexes: np.ndarray, pos: int) -> int:
+        """The native pass over ``indexes[pos:]``; returns where it stopped (see TopicsDelta.apply_stream)."""
+        cols, delta = self.cols, self.delta
+        stop, topics_changed, configs_changed = delta.topics.apply_stream(
+            cols.partition_changes, cols.configs, cols.remove_topics, delta.configs, cols.api_keys, cols.kind_rows,
+            indexes, pos)
+        if topics_changed:
+            delta.changed.add("topics")
+        if configs_changed:
+            delta.changed.add("configs")
         return stop
 
 

@@ -382,6 +382,13 @@ class TopicsDelta:
             self._id_index = self.base.id_index.mutable_copy()
         return self._id_index
 
+    def _own_indexes(self) -> None:
+        """Both indexes copied now (what their properties do on first use), for a native writer."""
+        if self._name_index is None:
+            self._name_index = self.base.name_index.mutable_copy()
+        if self._id_index is None:
+            self._id_index = self.base.id_index.mutable_copy()
+
     def _index_view(self, which: str) -> hindex.HashIndex:
         own = self._name_index if which == "name" else self._id_index
         return own if own is not None else (self.base.name_index if which == "name" else self.base.id_index)
@@ -711,6 +718,41 @@ class TopicsDelta:
         if count:
             self.changes.wrote(written[:count])
         return stop
+
+    def apply_stream(self, changes, configs_table, removes, configs, api_keys: np.ndarray, kind_rows: np.ndarray,
+                     order: np.ndarray, start: int) -> tuple[int, bool, bool]:
+        """apply_changes, and in the same log order the ConfigRecords and RemoveTopicRecords the
+        decoded columns hold whole (``configs_table`` / ``removes``: the decoder's configs and
+        remove_topics tables; ``configs``: the MetadataDelta's configs, which a ConfigRecord edits
+        and a RemoveTopicRecord drops its topic's of). Stops at the first record it does not
+        apply (a creation's, one with extras, a delete of an unknown topic, a change
+        apply_changes stops at: see apply_topic_stream in csrc/_image.pyx) and returns (its
+        position in ``order``, whether the topics changed, whether the configs changed)."""
+        p = self.partitions
+        if len(removes.record_index):
+            self._own_indexes()  # a delete writes both: the delta's copies, made before the pass reads them
+        ids, names = self._index_view("id"), self._index_view("name")
+        written = np.empty(len(order) - start, np.int64)
+        change_args = (
+            p.chunk_arrays(), self.topics.chunk_arrays(), _CHANGED_COLUMNS, p.owned_arrays, p.own_column,
+            ids.slot_hash, ids.slot_row, changes.record_index, changes.topic_id.view(np.int64),
+            changes.partition_id, changes.leader, changes.leader_recovery_state,
+            tuple(getattr(changes, name) for name in LIST_FIELDS),
+            tuple(getattr(changes, CHANGE_LIST_COUNTS[name]) for name in LIST_FIELDS), changes.extras.view(np.uint8))
+        g = configs_table
+        config_args = (g.record_index, g.resource_type, g.value_null.view(np.uint8), g.extras.view(np.uint8),
+                       np.frombuffer(g.config_blob, np.uint8), g.resource_name_offsets, g.name_offsets,
+                       g.value_offsets)
+        remove_args = (removes.record_index, removes.topic_id.view(np.int64), removes.extras.view(np.uint8),
+                       p.owned_arrays("topic_row"), p.own_column, self.topics.owned_arrays("live"),
+                       self.topics.own_column, self._names, names.slot_hash, names.slot_row,
+                       self.changes.base_topic_rows, self.changes.deleted_topics)
+        stop, count, removed, configs_changed = hindex.apply_topic_stream(
+            change_args, config_args, remove_args, configs, api_keys, kind_rows, order, start, written, CHUNK_SHIFT)
+        if count:
+            self.changes.wrote(written[:count])
+        self.live_topics -= removed
+        return stop, bool(count or removed), configs_changed
 
     def _gather_partitions(self, rows: np.ndarray, name: str) -> np.ndarray:
         return self.partitions.view().gather(rows, name)
