@@ -789,48 +789,94 @@ def apply_changes(list partition_chunks, list topic_chunks, tuple written_names,
     return (pos, count)
 
 
-# ---- the whole topic stream in one pass: changes, configs and topic deletes, in log order ---------
-# apply_topic_stream walks ``order`` from ``start`` like apply_changes, and also applies, in the same
-# log order, the ConfigRecords and RemoveTopicRecords the decoded columns hold whole, so the loader
-# gets control back only at a record the pass does not apply: a TopicRecord or PartitionRecord (a
-# creation: the loader's bulk step), a record with extras or of a version the columns do not
-# decode, a RemoveTopicRecord of an unknown topic, or a PartitionChangeRecord apply_changes stops
-# at. The loader replays that record on its own, which also raises the typed error, word for word.
+# ---- the whole topic stream in one pass, in log order ----------------------------------------------
+# apply_topic_stream walks ``order`` from ``start`` like apply_changes, and applies every record of
+# the topic stream the decoded columns hold whole, so the loader gets control back only at a record
+# the pass does not apply: one with extras or of a version the columns do not decode, a record that
+# would fail (the loader's replay raises the typed error, word for word), a PartitionChangeRecord
+# apply_changes stops at, a creation long enough for the loader's vectorised step (a TopicRecord
+# starting ``bulk_min_records`` or more TopicRecords and PartitionRecords in a row), or a shape the
+# pass leaves to the scalar path (below). Nothing of a record it stops at is written.
 #
-# A ConfigRecord is MetadataDelta.replay_config (Kafka's ConfigurationsDelta): (resource type,
-# resource name) -> {name: value}; a null value deletes the key, a resource left without keys goes,
-# the same value again changes nothing. ``configs`` is MetadataDelta.configs (a _MapDelta): its
-# ``items`` dict once owned, else its ``base`` mapping; ``writable()`` owns it, called on the first
-# real change only, so a region of no-op configs leaves the delta's configs as they were. The
-# values are MappingProxyType, built here.
+# ConfigRecord: MetadataDelta.replay_config (Kafka's ConfigurationsDelta): (resource type, resource
+# name) -> {name: value}; a null value deletes the key, a resource left without keys goes, the same
+# value again changes nothing. ``configs`` is MetadataDelta.configs (a _MapDelta): its ``items``
+# dict once owned, else its ``base`` mapping; ``writable()`` owns it, called on the first real
+# change only, so a region of no-op configs leaves the delta's configs as they were. The values
+# are MappingProxyType, built here.
 #
-# A RemoveTopicRecord does what TopicsDelta.replay_remove_topic and MetadataDelta.replay_remove_topic
-# do: the topic's partition rows get topic_row -1, its topic row live False (each column's chunk
-# owned through the writer's callback on first touch, as above), its name and id leave the delta's
-# (mutable) indexes, a topic of the base image is listed in ``deleted`` (id -> name), and its
-# configs (resource type TOPIC, its name) go with it. A later PartitionChangeRecord of it finds no
-# topic and is handed back (the loader reports the unknown topic).
-DEF CONFIG_RECORD = 4  # apiKey
-DEF REMOVE_TOPIC_RECORD = 9  # apiKey
+# RemoveTopicRecord (TopicsDelta.replay_remove_topic and MetadataDelta.replay_remove_topic): the
+# topic's partition rows get topic_row -1, its topic row live False, its name and id leave the
+# delta's (mutable) indexes, a topic of the base image is listed in ``deleted`` (id -> name), and
+# its configs (resource type TOPIC, its name) go with it. An unknown topic is handed back.
+#
+# TopicRecord (TopicsDelta.replay_topic): a new name and id get a topic row appended (no partitions
+# yet, epoch = the record's offset: KIP-232), the name appended to its chunk's name tuple, both
+# indexes an entry; the same name with the same id again changes nothing. Handed back: a name or
+# id taken by another topic (an error), an index that would pass half full (Python grows it).
+#
+# PartitionRecord (TopicsDelta.replay_partition) of a partition id past the topic's last, for a
+# topic whose rows end the partitions table (what a creation is, and CreatePartitions of the last
+# topic): rows appended up to that id (ids skipped are holes, partition_id -1), the record's
+# fields written, the topic's first_row / partition_count / epoch moved. Handed back: a partition
+# that exists or fills a hole (replacing a row), a topic whose rows would move (TopicsDelta
+# relocates them), a record with directories, rows that would cross into a new chunk.
+#
+# Appends write into the writer's last chunk: ``room(appended)`` (TableWriter.native_room) counts
+# the rows the pass wrote so far, gives that chunk room for one more row (a new chunk when it is
+# full; called only when a row will be written, so no chunk stays empty) with every column owned,
+# and returns (the next row, the chunk's arrays); at the end ``appended(count)`` counts the rest.
+# An owned array has room for a whole chunk and holds default values past the chunk's rows
+# (TableWriter._column), so hole rows and a sparse column need no write. Rows of other chunks
+# (a topic's first_row, a deleted topic's rows) are owned through own(name, chunk, width) on
+# first touch, as in apply_changes.
+DEF TOPIC_RECORD = 2  # apiKeys
+DEF PARTITION_RECORD = 3
+DEF CONFIG_RECORD = 4
+DEF REMOVE_TOPIC_RECORD = 9
 DEF TOPIC_RESOURCE_TYPE = 2  # Kafka's ConfigResource.Type.TOPIC
-# remove_args, by position
-DEF R_RECORD_INDEX = 0
-DEF R_TOPIC_ID = 1
-DEF R_EXTRAS = 2
-DEF R_TOPIC_ROW_OWNED = 3
-DEF R_OWN_TOPIC_ROW = 4
-DEF R_LIVE_OWNED = 5
-DEF R_OWN_LIVE = 6
-DEF R_NAMES = 7
-DEF R_NAME_SLOT_HASH = 8
-DEF R_NAME_SLOT_ROW = 9
-DEF R_BASE_TOPIC_ROWS = 10
-DEF R_DELETED = 11
-DEF N_REMOVE_ARGS = 12
-# change_args, by position (apply_changes' arguments): the id index's slot arrays
-DEF C_ID_SLOT_HASH = 5
-DEF C_ID_SLOT_ROW = 6
-DEF N_CHANGE_ARGS = 15
+DEF NO_LEADER = -1
+# ``target``, by position: the delta's tables and indexes (TopicsDelta.apply_stream)
+DEF G_PARTITION_CHUNKS = 0  # the partitions writer's chunk_arrays (called before each change stretch)
+DEF G_TOPIC_CHUNKS = 1
+DEF G_PARTITION_OWNED = 2  # owned_arrays(name)
+DEF G_PARTITION_OWN = 3  # own_column(name, chunk, width)
+DEF G_TOPIC_OWNED = 4
+DEF G_TOPIC_OWN = 5
+DEF G_PARTITION_ROOM = 6  # native_room(appended) -> (next row, the last chunk's arrays)
+DEF G_TOPIC_ROOM = 7
+DEF G_PARTITION_APPENDED = 8  # native_appended(count)
+DEF G_TOPIC_APPENDED = 9
+DEF G_PARTITION_ROWS = 10  # the writers' row counts now
+DEF G_TOPIC_ROWS = 11
+DEF G_NAMES = 12  # the delta's topic names, a tuple per topics chunk
+DEF G_NAME_INDEX = 13  # HashIndex objects (slot_hash, slot_row, used); mutable when the pass may write them
+DEF G_ID_INDEX = 14
+DEF G_BASE_TOPIC_ROWS = 15
+DEF G_DELETED = 16  # TopicsChanges.deleted_topics
+DEF G_OFFSETS = 17  # the records' offsets (int64), None for a snapshot (its creations: the bulk step)
+DEF G_BULK_MIN_RECORDS = 18
+DEF N_TARGET = 19
+# the topic columns the pass reads and writes (_Pass.tcols), and the partition columns it appends
+DEF T_ID_HI = 0
+DEF T_ID_LO = 1
+DEF T_FIRST = 2
+DEF T_COUNT = 3
+DEF T_EPOCH = 4
+DEF T_LIVE = 5
+DEF N_TCOLS = 6
+DEF P_TOPIC_ROW = 0
+DEF P_ID = 1
+DEF P_LEADER = 2
+DEF P_LEADER_EPOCH = 3
+DEF P_PARTITION_EPOCH = 4
+DEF P_RECOVERY = 5
+DEF P_REPLICAS = 6
+DEF P_ISR = 7
+DEF N_PCOLS = 8
+_TOPIC_COLUMNS = ("id_hi", "id_lo", "first_row", "partition_count", "topic_epoch", "live")
+_APPENDED_COLUMNS = ("topic_row", "partition_id", "leader", "leader_epoch", "partition_epoch",
+                     "leader_recovery_state", "replicas", "isr")
 
 import uuid as _uuid_module
 
@@ -841,6 +887,14 @@ cdef extern from "Python.h":
 
 _UUID = _uuid_module.UUID
 _U64_MASK = (1 << 64) - 1
+_TOPIC_DTYPES = (np.dtype(np.int64), np.dtype(np.int64), np.dtype(np.int32), np.dtype(np.int32),
+                 np.dtype(np.int64), np.dtype(np.bool_))
+_APPENDED_DTYPES = (np.dtype(np.int32),) * 5 + (np.dtype(np.int8), np.dtype(np.int32), np.dtype(np.int32))
+
+# what a record handler returns
+DEF APPLIED = 1
+DEF UNCHANGED = 0
+DEF HAND_BACK = -1
 
 
 cdef inline bint whole_row(const int32_t[::1] record_index, const uint8_t[::1] extras, int64_t row,
@@ -906,6 +960,24 @@ cdef int tombstone(uint32_t[::1] slot_hash, int32_t[::1] slot_row, uint64_t h, i
     raise AssertionError(f"topic row {row} is not in its index")
 
 
+cdef bint has_room(index) except -1:
+    # HashIndex.insert grows the slots past half full; the pass leaves that to it
+    return 2 * (<Py_ssize_t>index.used + 1) <= len(index.slot_row)
+
+
+cdef int insert_slot(index, uint64_t h, int32_t row) except -1:
+    # HashIndex.insert without the growth (has_room first): linear probing to a free or dead slot
+    cdef uint32_t[::1] slot_hash = index.slot_hash
+    cdef int32_t[::1] slot_row = index.slot_row
+    cdef uint64_t mask = slot_row.shape[0] - 1, s = h & mask
+    while slot_row[s] >= 0:
+        s = (s + 1) & mask
+    slot_hash[s] = <uint32_t>h
+    slot_row[s] = row
+    index.used = index.used + 1
+    return 0
+
+
 cdef char *writable_cell(list owned, object own, str name, int64_t row, int shift) except NULL:
     # the address of ``row`` in the writer-owned array of ``name`` (owned through ``own`` on first touch)
     cdef int64_t k = row >> shift
@@ -918,47 +990,279 @@ cdef char *writable_cell(list owned, object own, str name, int64_t row, int shif
     return <char *>cnp.PyArray_DATA(a) + (row & ((<int64_t>1 << shift) - 1)) * cnp.PyArray_STRIDE(a, 0)
 
 
-cdef bint drop_topic(tuple remove_args, tuple change_args, configs, int64_t trow, int32_t first,
-                     int32_t pcount, int64_t hi, int64_t lo, int shift) except -1:
-    # RemoveTopicRecord of the live topic row ``trow``; True when its configs went too
+cdef class _Pass:
+    # One apply_topic_stream call's state besides the change stretches. tcols: the topic columns
+    # over every chunk (read by lookups, written on first touch through own), built at the first
+    # record that needs them and again after the writer made room; pparts: the partitions' last
+    # chunk (the only one rows are appended to), valid while p_room.
+    cdef tuple target
+    cdef int shift
+    cdef list tcols
+    cdef Py_ssize_t nt
+    cdef bint t_room, p_room
+    cdef ColumnPart pparts[N_PCOLS]
+    cdef int64_t p_chunk, t_rows, p_rows, t_added, p_added
+    cdef list topic_row_owned
+    cdef int64_t removed, created, grown
+    cdef bint configs_changed
+
+    cdef int build_topics(self) except -1:
+        cdef Py_ssize_t c
+        chunks = self.target[G_TOPIC_CHUNKS]()
+        owned = self.target[G_TOPIC_OWNED]
+        self.tcols = [written_column(chunks, _TOPIC_COLUMNS[c], owned(_TOPIC_COLUMNS[c]), _TOPIC_DTYPES[c])
+                      for c in range(N_TCOLS)]
+        self.nt = len(chunks)
+        return 0
+
+    cdef char *topic_cell(self, int c, int64_t trow, bint write) except NULL:
+        # the address of topic row ``trow`` in column c (owned first when written); the row exists
+        if self.tcols is None:
+            self.build_topics()
+        cdef _WrittenColumn col = <_WrittenColumn>self.tcols[c]
+        if write:
+            own_row(col, trow, self.shift, 0, self.target[G_TOPIC_OWN])
+        cdef char *p = cell(col.parts, self.nt, trow, self.shift)
+        if p == NULL:
+            raise IndexError(f"topic row {trow} is not in the topics table")
+        return p
+
+    cdef int64_t find(self, int64_t hi, int64_t lo) except -2:
+        # the live topic row of id (hi, lo), or -1
+        if self.tcols is None:
+            self.build_topics()
+        index = self.target[G_ID_INDEX]
+        cdef const uint32_t[::1] slot_hash = index.slot_hash
+        cdef const int32_t[::1] slot_row = index.slot_row
+        return find_topic(&slot_hash[0], &slot_row[0], slot_row.shape[0], (<_WrittenColumn>self.tcols[T_ID_HI]).parts,
+                          (<_WrittenColumn>self.tcols[T_ID_LO]).parts, self.nt, hi, lo, self.shift)
+
+    cdef int64_t find_name(self, str name, uint64_t h) except -2:
+        # the live topic row named ``name`` (hash h), or -1
+        index = self.target[G_NAME_INDEX]
+        cdef const uint32_t[::1] slot_hash = index.slot_hash
+        cdef const int32_t[::1] slot_row = index.slot_row
+        cdef list names = self.target[G_NAMES]
+        cdef Py_ssize_t size = slot_row.shape[0], probes = 0
+        cdef uint64_t mask = size - 1, s = h & mask
+        cdef int32_t r
+        cdef int64_t local_mask = (<int64_t>1 << self.shift) - 1
+        while probes < size and slot_row[s] != EMPTY:
+            r = slot_row[s]
+            if r >= 0 and slot_hash[s] == <uint32_t>h and (<tuple>names[r >> self.shift])[r & local_mask] == name:
+                return r
+            s = (s + 1) & mask
+            probes += 1
+        return -1
+
+    cdef int make_topic_room(self) except -1:
+        if not self.t_room:
+            row, _ = self.target[G_TOPIC_ROOM](self.t_added)
+            self.t_rows, self.t_added, self.t_room = row, 0, True
+            self.build_topics()
+        return 0
+
+    cdef int make_partition_room(self) except -1:
+        cdef Py_ssize_t c
+        if self.p_room:
+            return 0
+        row, arrays = self.target[G_PARTITION_ROOM](self.p_added)
+        self.p_rows, self.p_added = row, 0
+        self.p_chunk = self.p_rows >> self.shift
+        for c in range(N_PCOLS):
+            set_part(&self.pparts[c], (<dict>arrays)[_APPENDED_COLUMNS[c]])
+        self.p_room = True
+        return 0
+
+    cdef char *partition_cell(self, int c, int64_t prow, Py_ssize_t width) except NULL:
+        # the address of appended row ``prow`` (in the last chunk) in column c, at least ``width`` wide
+        cdef ColumnPart *part = &self.pparts[c]
+        if part.ndim == 2 and part.width < width:
+            set_part(part, self.target[G_PARTITION_OWN](_APPENDED_COLUMNS[c], self.p_chunk, width))
+        if not (prow >> self.shift) == self.p_chunk:
+            raise AssertionError(f"partition row {prow} is not in the last chunk")
+        return part.data + (prow & ((<int64_t>1 << self.shift) - 1)) * part.stride0
+
+    cdef int finish(self) except -1:
+        # the rows appended since the last room call, counted by the writers
+        if self.t_added:
+            self.target[G_TOPIC_APPENDED](self.t_added)
+            self.t_added = 0
+        if self.p_added:
+            self.target[G_PARTITION_APPENDED](self.p_added)
+            self.p_added = 0
+        return 0
+
+
+cdef int drop_topic(_Pass s, configs, int64_t trow, int64_t hi, int64_t lo) except -1:
+    # RemoveTopicRecord of the live topic row ``trow``
     cdef int64_t r
     cdef Py_ssize_t size
-    topic_row_owned, own_topic_row = remove_args[R_TOPIC_ROW_OWNED], remove_args[R_OWN_TOPIC_ROW]
+    cdef int32_t first = (<int32_t *>s.topic_cell(T_FIRST, trow, False))[0]
+    cdef int32_t pcount = (<int32_t *>s.topic_cell(T_COUNT, trow, False))[0]
+    if s.topic_row_owned is None:
+        s.topic_row_owned = s.target[G_PARTITION_OWNED]("topic_row")
     for r in range(first, first + pcount):
-        (<int32_t *>writable_cell(topic_row_owned, own_topic_row, "topic_row", r, shift))[0] = -1
-    (<uint8_t *>writable_cell(remove_args[R_LIVE_OWNED], remove_args[R_OWN_LIVE], "live", trow, shift))[0] = 0
-    cdef str name = (<tuple>(<list>remove_args[R_NAMES])[trow >> shift])[trow & ((<int64_t>1 << shift) - 1)]
+        (<int32_t *>writable_cell(s.topic_row_owned, s.target[G_PARTITION_OWN], "topic_row", r, s.shift))[0] = -1
+    (<uint8_t *>s.topic_cell(T_LIVE, trow, True))[0] = 0
+    cdef str name = (<tuple>(<list>s.target[G_NAMES])[trow >> s.shift])[trow & ((<int64_t>1 << s.shift) - 1)]
     cdef const char *utf8 = PyUnicode_AsUTF8AndSize(name, &size)
-    tombstone(remove_args[R_NAME_SLOT_HASH], remove_args[R_NAME_SLOT_ROW], fnv1a(<const uint8_t *>utf8, size),
-              <int32_t>trow)
-    tombstone(change_args[C_ID_SLOT_HASH], change_args[C_ID_SLOT_ROW], uuid_hash(hi, lo), <int32_t>trow)
-    if trow < <int64_t>remove_args[R_BASE_TOPIC_ROWS]:  # else created and deleted in this delta: no trace
-        (<dict>remove_args[R_DELETED])[_UUID(int=((hi & _U64_MASK) << 64) | (lo & _U64_MASK))] = name
-    return drop_configs(configs, (TOPIC_RESOURCE_TYPE, name))
+    names, ids = s.target[G_NAME_INDEX], s.target[G_ID_INDEX]
+    tombstone(names.slot_hash, names.slot_row, fnv1a(<const uint8_t *>utf8, size), <int32_t>trow)
+    tombstone(ids.slot_hash, ids.slot_row, uuid_hash(hi, lo), <int32_t>trow)
+    if trow < <int64_t>s.target[G_BASE_TOPIC_ROWS]:  # else created and deleted in this delta: no trace
+        (<dict>s.target[G_DELETED])[_UUID(int=((hi & _U64_MASK) << 64) | (lo & _U64_MASK))] = name
+    if drop_configs(configs, (TOPIC_RESOURCE_TYPE, name)):
+        s.configs_changed = True
+    s.removed += 1
+    return 0
 
 
-def apply_topic_stream(tuple change_args, tuple config_args, tuple remove_args, configs,
-                       const int16_t[::1] api_keys, const int32_t[::1] kind_rows, const int64_t[::1] order,
-                       Py_ssize_t start, int64_t[::1] written, int shift):
+cdef int create_topic(_Pass s, tuple topic_args, int64_t row, int64_t offset) except -2:
+    # TopicRecord of row ``row`` of the decoder's topics table
+    cdef const uint8_t[::1] blob = topic_args[3]
+    cdef const int64_t[::1] offsets = topic_args[4]
+    cdef const int64_t[:, ::1] tid = topic_args[1]
+    cdef int64_t hi = tid[row, 0], lo = tid[row, 1], lo_at = offsets[row], hi_at = offsets[row + 1], trow, existing
+    if lo_at < 0 or hi_at < lo_at or hi_at > blob.shape[0]:
+        raise ValueError(f"name {row}: offsets {lo_at}..{hi_at} run outside the blob")
+    cdef uint64_t h = fnv1a(&blob[0] + lo_at if hi_at > lo_at else NULL, hi_at - lo_at)
+    cdef str name = blob_text(blob, offsets, row)
+    existing = s.find_name(name, h)
+    if existing >= 0:
+        if s.find(hi, lo) == existing:
+            return UNCHANGED  # the same topic again
+        return HAND_BACK  # the name is another topic's: the scalar path raises
+    if s.find(hi, lo) >= 0 or not has_room(s.target[G_NAME_INDEX]) or not has_room(s.target[G_ID_INDEX]):
+        return HAND_BACK
+    s.make_topic_room()
+    trow = s.t_rows
+    (<int64_t *>s.topic_cell(T_ID_HI, trow, True))[0] = hi
+    (<int64_t *>s.topic_cell(T_ID_LO, trow, True))[0] = lo
+    (<int32_t *>s.topic_cell(T_FIRST, trow, True))[0] = -1
+    (<int32_t *>s.topic_cell(T_COUNT, trow, True))[0] = 0
+    (<int64_t *>s.topic_cell(T_EPOCH, trow, True))[0] = offset
+    (<uint8_t *>s.topic_cell(T_LIVE, trow, True))[0] = 1
+    cdef list names = s.target[G_NAMES]
+    cdef Py_ssize_t k = trow >> s.shift
+    if k == len(names):
+        names.append((name,))
+    else:
+        names[k] = (<tuple>names[k]) + (name,)
+    insert_slot(s.target[G_NAME_INDEX], h, <int32_t>trow)
+    insert_slot(s.target[G_ID_INDEX], uuid_hash(hi, lo), <int32_t>trow)
+    s.t_rows += 1
+    s.t_added += 1
+    s.t_room = (s.t_rows & ((<int64_t>1 << s.shift) - 1)) != 0  # a full chunk: room again next time
+    s.created += 1
+    return APPLIED
+
+
+cdef int create_partition(_Pass s, tuple partition_args, int64_t row, int64_t offset) except -2:
+    # PartitionRecord of row ``row`` of the decoder's partitions table: a new id past the topic's last
+    cdef const int64_t[:, ::1] tid = partition_args[1]
+    cdef const int32_t[::1] pids = partition_args[2]
+    cdef const int16_t[::1] replica_count = partition_args[8]
+    cdef const int16_t[::1] isr_count = partition_args[10]
+    cdef const int16_t[::1] directory_count = partition_args[11]
+    cdef const int32_t[:, ::1] replicas = partition_args[7]
+    cdef const int32_t[:, ::1] isr = partition_args[9]
+    cdef const int32_t[::1] leader = partition_args[3]
+    cdef const int32_t[::1] leader_epoch = partition_args[4]
+    cdef const int32_t[::1] partition_epoch = partition_args[5]
+    cdef const int8_t[::1] recovery = partition_args[6]
+    cdef int32_t pid = pids[row], first, count
+    cdef int64_t trow, start, prow, r, grow
+    cdef Py_ssize_t nrep = replica_count[row], nisr = isr_count[row]
+    cdef int64_t mask = (<int64_t>1 << s.shift) - 1
+    if pid < 0 or directory_count[row] != 0 or not 0 <= nrep <= replicas.shape[1] or not 0 <= nisr <= isr.shape[1]:
+        return HAND_BACK
+    trow = s.find(tid[row, 0], tid[row, 1])
+    if trow < 0:
+        return HAND_BACK  # an unknown topic: the scalar path raises
+    first = (<int32_t *>s.topic_cell(T_FIRST, trow, False))[0]
+    count = (<int32_t *>s.topic_cell(T_COUNT, trow, False))[0]
+    if pid < count or not (count == 0 or first + count == s.p_rows):
+        return HAND_BACK  # a row replaced or a hole filled; or the topic's rows would move
+    grow = pid + 1 - count
+    if (s.p_rows & mask) + grow > (mask + 1):
+        return HAND_BACK  # the rows would cross into another chunk
+    s.make_partition_room()
+    start = s.p_rows
+    for r in range(start, start + grow):
+        (<int32_t *>s.partition_cell(P_TOPIC_ROW, r, 0))[0] = <int32_t>trow
+        (<int32_t *>s.partition_cell(P_ID, r, 0))[0] = -1
+        (<int32_t *>s.partition_cell(P_LEADER, r, 0))[0] = NO_LEADER
+        (<int32_t *>s.partition_cell(P_LEADER_EPOCH, r, 0))[0] = 0
+        (<int32_t *>s.partition_cell(P_PARTITION_EPOCH, r, 0))[0] = 0
+        (<int8_t *>s.partition_cell(P_RECOVERY, r, 0))[0] = 0
+        write_row_list(s, P_REPLICAS, r, NULL, 0)
+        write_row_list(s, P_ISR, r, NULL, 0)
+    prow = start + grow - 1
+    (<int32_t *>s.partition_cell(P_ID, prow, 0))[0] = pid
+    (<int32_t *>s.partition_cell(P_LEADER, prow, 0))[0] = leader[row]
+    (<int32_t *>s.partition_cell(P_LEADER_EPOCH, prow, 0))[0] = leader_epoch[row]
+    (<int32_t *>s.partition_cell(P_PARTITION_EPOCH, prow, 0))[0] = partition_epoch[row]
+    (<int8_t *>s.partition_cell(P_RECOVERY, prow, 0))[0] = recovery[row]
+    write_row_list(s, P_REPLICAS, prow, &replicas[row, 0] if replicas.shape[1] else NULL, nrep)
+    write_row_list(s, P_ISR, prow, &isr[row, 0] if isr.shape[1] else NULL, nisr)
+    s.p_rows += grow
+    s.p_added += grow
+    s.p_room = (s.p_rows & mask) != 0  # a full chunk: room again next time
+    if count == 0:
+        (<int32_t *>s.topic_cell(T_FIRST, trow, True))[0] = <int32_t>start
+    (<int32_t *>s.topic_cell(T_COUNT, trow, True))[0] = pid + 1
+    (<int64_t *>s.topic_cell(T_EPOCH, trow, True))[0] = offset  # a new partition (KIP-232)
+    s.grown += 1
+    return APPLIED
+
+
+cdef int write_row_list(_Pass s, int c, int64_t prow, const int32_t *values, Py_ssize_t count) except -1:
+    # an appended row's list column: values[0:count], then -1 to its chunk's width
+    cdef char *p = s.partition_cell(c, prow, count)
+    cdef ColumnPart *part = &s.pparts[c]
+    cdef Py_ssize_t j
+    for j in range(part.width):
+        (<int32_t *>(p + j * part.stride1))[0] = values[j] if j < count else -1
+    return 0
+
+
+cdef Py_ssize_t creation_end(const int16_t[::1] api_keys, const int64_t[::1] order, Py_ssize_t pos) noexcept:
+    # the end of the run of TopicRecords and PartitionRecords from ``pos`` (the loader's creation run)
+    cdef Py_ssize_t n = order.shape[0]
+    cdef int64_t i
+    while pos < n:
+        i = order[pos]
+        if i < 0 or i >= api_keys.shape[0] or not (api_keys[i] == TOPIC_RECORD or api_keys[i] == PARTITION_RECORD):
+            break
+        pos += 1
+    return pos
+
+
+def apply_topic_stream(tuple target, tuple change_args, tuple config_args, tuple remove_args, tuple topic_args,
+                       tuple partition_args, configs, const int16_t[::1] api_keys, const int32_t[::1] kind_rows,
+                       const int64_t[::1] order, Py_ssize_t start, int64_t[::1] written, int shift):
     """Apply ``order[start:]`` (see above) until the first record not applied whole.
-    ``change_args``: apply_changes' first fifteen arguments (partition_chunks .. extras; its id
-    index slots must be the delta's mutable copy when the records include a RemoveTopicRecord).
-    ``config_args``: the decoder's configs table (record_index, resource_type, value_null, extras,
-    config_blob, resource_name_offsets, name_offsets, value_offsets). ``remove_args``: the
-    decoder's remove_topics table (record_index, topic_id as int64 [k, 2], extras), the partitions
-    writer's owned arrays of topic_row and its own callback, the topics writer's of live and its
-    own, the delta's topic names by chunk, its name index's slot arrays (mutable), the base
-    image's topic row count and the delta's deleted-topics dict. ``configs``: MetadataDelta.configs.
-    Returns (stop, count, removed, configs_changed): order[stop] the record not applied
-    (len(order) when all were), written[:count] the partition rows the changes wrote,
-    ``removed`` the number of topics deleted."""
+    ``target``: the delta's tables and indexes (G_* above: TopicsDelta.apply_stream builds it).
+    ``change_args``: apply_changes' arguments after the id index (the decoder's partition_changes
+    table: record_index .. extras), headed by written_names. ``config_args``: the decoder's configs
+    table (record_index, resource_type, value_null, extras, config_blob, resource_name_offsets,
+    name_offsets, value_offsets). ``remove_args``: its remove_topics table (record_index, topic_id
+    as int64 [k, 2], extras). ``topic_args``: its topics table (record_index, topic_id, extras,
+    name_blob as uint8, name_offsets). ``partition_args``: its partitions table (record_index,
+    topic_id, partition_id, leader, leader_epoch, partition_epoch, leader_recovery_state, replicas,
+    replica_count, isr, isr_count, directory_count, extras). ``configs``: MetadataDelta.configs.
+    Returns (stop, count, removed, created, grown, configs_changed): order[stop] the record not
+    applied (len(order) when all were), written[:count] the partition rows the changes wrote, the
+    topics deleted and created, the PartitionRecords applied."""
     cdef Py_ssize_t n = order.shape[0], pos = start, count = 0, applied, stop
     if not 0 <= start <= n:
         raise ValueError(f"start {start} is outside the {n} records")
     if written.shape[0] < n - start or api_keys.shape[0] != kind_rows.shape[0]:
         raise ValueError("written must hold a row per record from start; api_keys and kind_rows go together")
-    if len(change_args) != N_CHANGE_ARGS or len(config_args) != 8 or len(remove_args) != N_REMOVE_ARGS:
-        raise ValueError("fifteen change arguments, eight config columns, twelve remove arguments")
+    if len(target) != N_TARGET or len(change_args) != 9 or len(config_args) != 8 or len(remove_args) != 3 \
+            or len(topic_args) != 5 or len(partition_args) != 13:
+        raise ValueError("19 target entries; 9 change, 8 config, 3 remove, 5 topic, 13 partition arguments")
     cdef const int32_t[::1] g_rec = config_args[0]
     cdef const int8_t[::1] g_type = config_args[1]
     cdef const uint8_t[::1] g_null = config_args[2]
@@ -967,67 +1271,75 @@ def apply_topic_stream(tuple change_args, tuple config_args, tuple remove_args, 
     cdef const int64_t[::1] g_rname = config_args[5]
     cdef const int64_t[::1] g_name = config_args[6]
     cdef const int64_t[::1] g_value = config_args[7]
-    cdef const int32_t[::1] r_rec = remove_args[R_RECORD_INDEX]
-    cdef const int64_t[:, ::1] r_tid = remove_args[R_TOPIC_ID]
-    cdef const uint8_t[::1] r_extras = remove_args[R_EXTRAS]
+    cdef const int32_t[::1] r_rec = remove_args[0]
+    cdef const int64_t[:, ::1] r_tid = remove_args[1]
+    cdef const uint8_t[::1] r_extras = remove_args[2]
+    cdef const int32_t[::1] t_rec = topic_args[0]
+    cdef const uint8_t[::1] t_extras = topic_args[2]
+    cdef const int64_t[:, ::1] t_tid = topic_args[1]
+    cdef const int64_t[::1] t_offsets = topic_args[4]
+    cdef const int32_t[::1] p_rec = partition_args[0]
+    cdef const uint8_t[::1] p_extras = partition_args[12]
     if not (g_type.shape[0] == g_null.shape[0] == g_extras.shape[0] == g_rec.shape[0]
             and g_rname.shape[0] == g_name.shape[0] == g_value.shape[0] == g_rec.shape[0] + 1
-            and r_tid.shape[0] == r_extras.shape[0] == r_rec.shape[0]):
-        raise ValueError("every config / remove column must have one value per row")
-    cdef list topic_chunks = change_args[1]
-    cdef const uint32_t[::1] id_hash = change_args[C_ID_SLOT_HASH]
-    cdef const int32_t[::1] id_row = change_args[C_ID_SLOT_ROW]
-    if id_row.shape[0] == 0 or id_hash.shape[0] != id_row.shape[0]:
-        raise ValueError("slot arrays must be of one non-zero size")
-    cdef int64_t i, row, trow, removed = 0
-    cdef bint configs_changed = False
-    cdef ColumnPart *t_hi = NULL
-    cdef ColumnPart *t_lo = NULL
-    cdef ColumnPart *t_first = NULL
-    cdef ColumnPart *t_count = NULL
-    cdef Py_ssize_t nt = len(topic_chunks)
-    i64, i32 = np.dtype(np.int64), np.dtype(np.int32)
+            and r_tid.shape[0] == r_extras.shape[0] == r_rec.shape[0]
+            and t_tid.shape[0] == t_extras.shape[0] == t_rec.shape[0] and t_offsets.shape[0] == t_rec.shape[0] + 1
+            and all([len(partition_args[j]) == p_rec.shape[0] for j in range(1, 13)])):
+        raise ValueError("every config / remove / topic / partition column must have one value per row")
+    cdef const int64_t[::1] offsets
+    cdef bint creating = target[G_OFFSETS] is not None
+    if creating:
+        offsets = target[G_OFFSETS]
+        if offsets.shape[0] != api_keys.shape[0]:
+            raise ValueError("one offset per record")
+    cdef Py_ssize_t bulk_min = target[G_BULK_MIN_RECORDS]
+    cdef _Pass s = _Pass.__new__(_Pass)
+    s.target, s.shift = target, shift
+    s.t_rows, s.p_rows = target[G_TOPIC_ROWS], target[G_PARTITION_ROWS]
+    cdef int64_t i, row, trow
+    cdef int16_t kind
     try:
         while pos < n:
             i = order[pos]
             if i < 0 or i >= api_keys.shape[0]:
                 break
             row = kind_rows[i]
-            if api_keys[i] == PARTITION_CHANGE_RECORD:
-                stop, applied = apply_changes(*change_args, api_keys, kind_rows, order, pos, written[count:], shift)
+            kind = api_keys[i]
+            if kind == PARTITION_CHANGE_RECORD:
+                ids = target[G_ID_INDEX]
+                stop, applied = apply_changes(
+                    target[G_PARTITION_CHUNKS](), target[G_TOPIC_CHUNKS](), change_args[0],
+                    target[G_PARTITION_OWNED], target[G_PARTITION_OWN], ids.slot_hash, ids.slot_row,
+                    *change_args[1:], api_keys, kind_rows, order, pos, written[count:], shift)
                 count += applied
                 if stop == pos:
                     break
+                s.p_room = False  # it may have widened a list column of the last chunk (a new array)
                 pos = stop
                 continue
-            if api_keys[i] == CONFIG_RECORD and whole_row(g_rec, g_extras, row, i):
+            if kind == CONFIG_RECORD and whole_row(g_rec, g_extras, row, i):
                 if put_config(configs, (g_type[row], blob_text(g_blob, g_rname, row)), blob_text(g_blob, g_name, row),
                               None if g_null[row] else blob_text(g_blob, g_value, row)):
-                    configs_changed = True
-                pos += 1
-                continue
-            if api_keys[i] != REMOVE_TOPIC_RECORD or not whole_row(r_rec, r_extras, row, i):
+                    s.configs_changed = True
+            elif kind == REMOVE_TOPIC_RECORD and whole_row(r_rec, r_extras, row, i):
+                trow = s.find(r_tid[row, 0], r_tid[row, 1])
+                if trow < 0:
+                    break  # an unknown topic: the loader's replay reports it
+                drop_topic(s, configs, trow, r_tid[row, 0], r_tid[row, 1])
+            elif kind == TOPIC_RECORD and creating and whole_row(t_rec, t_extras, row, i):
+                if creation_end(api_keys, order, pos) - pos >= bulk_min:
+                    break  # the loader's vectorised step
+                if create_topic(s, topic_args, row, offsets[i]) == HAND_BACK:
+                    break
+            elif kind == PARTITION_RECORD and creating and whole_row(p_rec, p_extras, row, i):
+                if create_partition(s, partition_args, row, offsets[i]) == HAND_BACK:
+                    break
+            else:
                 break
-            if t_hi == NULL:  # the topic columns a delete reads (no record of the pass writes them)
-                t_hi = column_parts(current_arrays(topic_chunks, "id_hi", None), i64, False)
-                t_lo = column_parts(current_arrays(topic_chunks, "id_lo", None), i64, False)
-                t_first = column_parts(current_arrays(topic_chunks, "first_row", None), i32, False)
-                t_count = column_parts(current_arrays(topic_chunks, "partition_count", None), i32, False)
-            trow = find_topic(&id_hash[0], &id_row[0], id_row.shape[0], t_hi, t_lo, nt, r_tid[row, 0],
-                              r_tid[row, 1], shift)
-            if trow < 0:
-                break  # an unknown topic: the loader's replay reports it
-            if drop_topic(remove_args, change_args, configs, trow, (<int32_t *>cell(t_first, nt, trow, shift))[0],
-                          (<int32_t *>cell(t_count, nt, trow, shift))[0], r_tid[row, 0], r_tid[row, 1], shift):
-                configs_changed = True
-            removed += 1
             pos += 1
     finally:
-        free(t_hi)
-        free(t_lo)
-        free(t_first)
-        free(t_count)
-    return (pos, count, removed, configs_changed)
+        s.finish()
+    return (pos, count, s.removed, s.created, s.grown, s.configs_changed)
 
 
 # ---- topic names out of a decoded names blob --------------------------------------------------------
