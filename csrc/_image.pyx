@@ -947,9 +947,10 @@ cdef bint drop_configs(configs, tuple key) except -1:
     return True
 
 
-cdef int tombstone(uint32_t[::1] slot_hash, int32_t[::1] slot_row, uint64_t h, int32_t row) except -1:
-    # the slot holding ``row`` for hash ``h`` becomes TOMBSTONE (remove above)
-    cdef Py_ssize_t size = slot_row.shape[0], probes = 0
+cdef int tombstone(int32_t *slot_row, Py_ssize_t size, uint64_t h, int32_t row) except -1:
+    # the slot holding ``row`` for hash ``h`` becomes TOMBSTONE (remove above; the delta's
+    # mutable copy of the index: TopicsDelta.apply_stream owns them first)
+    cdef Py_ssize_t probes = 0
     cdef uint64_t mask = size - 1, s = h & mask
     while slot_row[s] != EMPTY and probes < size:
         if slot_row[s] == row:
@@ -965,11 +966,11 @@ cdef bint has_room(index) except -1:
     return 2 * (<Py_ssize_t>index.used + 1) <= len(index.slot_row)
 
 
-cdef int insert_slot(index, uint64_t h, int32_t row) except -1:
-    # HashIndex.insert without the growth (has_room first): linear probing to a free or dead slot
-    cdef uint32_t[::1] slot_hash = index.slot_hash
-    cdef int32_t[::1] slot_row = index.slot_row
-    cdef uint64_t mask = slot_row.shape[0] - 1, s = h & mask
+cdef int insert_slot(index, uint32_t *slot_hash, int32_t *slot_row, Py_ssize_t size, uint64_t h,
+                     int32_t row) except -1:
+    # HashIndex.insert without the growth (has_room first) into its slots (the delta's mutable
+    # copy: TopicsDelta.apply_stream owns them first): linear probing to a free or dead slot
+    cdef uint64_t mask = size - 1, s = h & mask
     while slot_row[s] >= 0:
         s = (s + 1) & mask
     slot_hash[s] = <uint32_t>h
@@ -1003,8 +1004,46 @@ cdef class _Pass:
     cdef ColumnPart pparts[N_PCOLS]
     cdef int64_t p_chunk, t_rows, p_rows, t_added, p_added
     cdef list topic_row_owned
+    # names of the topic rows created by the pass, from row pending_row on: put into their chunks'
+    # name tuples once, at the end (a tuple per topic would copy its chunk's names each time)
+    cdef list pending
+    cdef int64_t pending_row
     cdef int64_t removed, created, grown
     cdef bint configs_changed
+    # the indexes' slots (no growth within a pass: an index that would grow hands its record back)
+    cdef bint indexed
+    cdef const uint32_t[::1] name_hash, id_hash
+    cdef const int32_t[::1] name_row, id_row
+    # the decoder's topics and partitions tables, taken once (a memoryview costs ~0.3 us to take)
+    cdef bint loaded
+    cdef const int64_t[:, ::1] t_tid, p_tid
+    cdef const uint8_t[::1] t_blob
+    cdef const int64_t[::1] t_offsets
+    cdef const int32_t[::1] p_pid, p_leader, p_leader_epoch, p_partition_epoch
+    cdef const int8_t[::1] p_recovery
+    cdef const int32_t[:, ::1] p_replicas, p_isr
+    cdef const int16_t[::1] p_replica_count, p_isr_count, p_directory_count
+
+    cdef int load(self, tuple topic_args, tuple partition_args) except -1:
+        if self.loaded:
+            return 0
+        self.t_tid, self.t_blob, self.t_offsets = topic_args[1], topic_args[3], topic_args[4]
+        (self.p_tid, self.p_pid, self.p_leader, self.p_leader_epoch, self.p_partition_epoch, self.p_recovery,
+         self.p_replicas, self.p_replica_count, self.p_isr, self.p_isr_count,
+         self.p_directory_count) = partition_args[1:12]
+        self.loaded = True
+        return 0
+
+    cdef int index(self) except -1:
+        if self.indexed:
+            return 0
+        names, ids = self.target[G_NAME_INDEX], self.target[G_ID_INDEX]
+        self.name_hash, self.name_row, self.id_hash, self.id_row = names.slot_hash, names.slot_row, ids.slot_hash, \
+            ids.slot_row
+        if self.name_row.shape[0] == 0 or self.id_row.shape[0] == 0:
+            raise ValueError("slot arrays must be of a non-zero size")
+        self.indexed = True
+        return 0
 
     cdef int build_topics(self) except -1:
         cdef Py_ssize_t c
@@ -1031,25 +1070,20 @@ cdef class _Pass:
         # the live topic row of id (hi, lo), or -1
         if self.tcols is None:
             self.build_topics()
-        index = self.target[G_ID_INDEX]
-        cdef const uint32_t[::1] slot_hash = index.slot_hash
-        cdef const int32_t[::1] slot_row = index.slot_row
-        return find_topic(&slot_hash[0], &slot_row[0], slot_row.shape[0], (<_WrittenColumn>self.tcols[T_ID_HI]).parts,
-                          (<_WrittenColumn>self.tcols[T_ID_LO]).parts, self.nt, hi, lo, self.shift)
+        self.index()
+        return find_topic(&self.id_hash[0], &self.id_row[0], self.id_row.shape[0],
+                          (<_WrittenColumn>self.tcols[T_ID_HI]).parts, (<_WrittenColumn>self.tcols[T_ID_LO]).parts,
+                          self.nt, hi, lo, self.shift)
 
     cdef int64_t find_name(self, str name, uint64_t h) except -2:
         # the live topic row named ``name`` (hash h), or -1
-        index = self.target[G_NAME_INDEX]
-        cdef const uint32_t[::1] slot_hash = index.slot_hash
-        cdef const int32_t[::1] slot_row = index.slot_row
-        cdef list names = self.target[G_NAMES]
-        cdef Py_ssize_t size = slot_row.shape[0], probes = 0
+        self.index()
+        cdef Py_ssize_t size = self.name_row.shape[0], probes = 0
         cdef uint64_t mask = size - 1, s = h & mask
         cdef int32_t r
-        cdef int64_t local_mask = (<int64_t>1 << self.shift) - 1
-        while probes < size and slot_row[s] != EMPTY:
-            r = slot_row[s]
-            if r >= 0 and slot_hash[s] == <uint32_t>h and (<tuple>names[r >> self.shift])[r & local_mask] == name:
+        while probes < size and self.name_row[s] != EMPTY:
+            r = self.name_row[s]
+            if r >= 0 and self.name_hash[s] == <uint32_t>h and self.name_of(r) == name:
                 return r
             s = (s + 1) & mask
             probes += 1
@@ -1083,8 +1117,35 @@ cdef class _Pass:
             raise AssertionError(f"partition row {prow} is not in the last chunk")
         return part.data + (prow & ((<int64_t>1 << self.shift) - 1)) * part.stride0
 
+    cdef str name_of(self, int64_t trow):
+        if self.pending is not None and trow >= self.pending_row:
+            return <str>self.pending[trow - self.pending_row]
+        return <str>(<tuple>(<list>self.target[G_NAMES])[trow >> self.shift])[trow & ((<int64_t>1 << self.shift) - 1)]
+
+    cdef int flush_names(self) except -1:
+        # TopicsDelta._append_names: each chunk's tuple rebuilt once
+        cdef list names = self.target[G_NAMES]
+        cdef Py_ssize_t done = 0, take, k, n
+        cdef int64_t row
+        if self.pending is None:
+            return 0
+        n = len(self.pending)
+        while done < n:
+            row = self.pending_row + done
+            k = row >> self.shift
+            take = min(n - done, (1 << self.shift) - (row & ((<int64_t>1 << self.shift) - 1)))
+            part = tuple(self.pending[done:done + take])
+            if k == len(names):
+                names.append(part)
+            else:
+                names[k] = (<tuple>names[k]) + part
+            done += take
+        self.pending = None
+        return 0
+
     cdef int finish(self) except -1:
-        # the rows appended since the last room call, counted by the writers
+        # the names and rows appended by the pass, into the delta and the writers
+        self.flush_names()
         if self.t_added:
             self.target[G_TOPIC_APPENDED](self.t_added)
             self.t_added = 0
@@ -1105,11 +1166,11 @@ cdef int drop_topic(_Pass s, configs, int64_t trow, int64_t hi, int64_t lo) exce
     for r in range(first, first + pcount):
         (<int32_t *>writable_cell(s.topic_row_owned, s.target[G_PARTITION_OWN], "topic_row", r, s.shift))[0] = -1
     (<uint8_t *>s.topic_cell(T_LIVE, trow, True))[0] = 0
-    cdef str name = (<tuple>(<list>s.target[G_NAMES])[trow >> s.shift])[trow & ((<int64_t>1 << s.shift) - 1)]
+    cdef str name = s.name_of(trow)
     cdef const char *utf8 = PyUnicode_AsUTF8AndSize(name, &size)
-    names, ids = s.target[G_NAME_INDEX], s.target[G_ID_INDEX]
-    tombstone(names.slot_hash, names.slot_row, fnv1a(<const uint8_t *>utf8, size), <int32_t>trow)
-    tombstone(ids.slot_hash, ids.slot_row, uuid_hash(hi, lo), <int32_t>trow)
+    s.index()
+    tombstone(<int32_t *>&s.name_row[0], s.name_row.shape[0], fnv1a(<const uint8_t *>utf8, size), <int32_t>trow)
+    tombstone(<int32_t *>&s.id_row[0], s.id_row.shape[0], uuid_hash(hi, lo), <int32_t>trow)
     if trow < <int64_t>s.target[G_BASE_TOPIC_ROWS]:  # else created and deleted in this delta: no trace
         (<dict>s.target[G_DELETED])[_UUID(int=((hi & _U64_MASK) << 64) | (lo & _U64_MASK))] = name
     if drop_configs(configs, (TOPIC_RESOURCE_TYPE, name)):
@@ -1118,16 +1179,12 @@ cdef int drop_topic(_Pass s, configs, int64_t trow, int64_t hi, int64_t lo) exce
     return 0
 
 
-cdef int create_topic(_Pass s, tuple topic_args, int64_t row, int64_t offset) except -2:
-    # TopicRecord of row ``row`` of the decoder's topics table
-    cdef const uint8_t[::1] blob = topic_args[3]
-    cdef const int64_t[::1] offsets = topic_args[4]
-    cdef const int64_t[:, ::1] tid = topic_args[1]
-    cdef int64_t hi = tid[row, 0], lo = tid[row, 1], lo_at = offsets[row], hi_at = offsets[row + 1], trow, existing
-    if lo_at < 0 or hi_at < lo_at or hi_at > blob.shape[0]:
-        raise ValueError(f"name {row}: offsets {lo_at}..{hi_at} run outside the blob")
-    cdef uint64_t h = fnv1a(&blob[0] + lo_at if hi_at > lo_at else NULL, hi_at - lo_at)
-    cdef str name = blob_text(blob, offsets, row)
+cdef int create_topic(_Pass s, int64_t row, int64_t offset) except -2:
+    # TopicRecord of row ``row`` of the decoder's topics table (s.load first)
+    cdef int64_t hi = s.t_tid[row, 0], lo = s.t_tid[row, 1], lo_at = s.t_offsets[row], hi_at = s.t_offsets[row + 1]
+    cdef int64_t trow, existing
+    cdef str name = blob_text(s.t_blob, s.t_offsets, row)  # checks the offsets
+    cdef uint64_t h = fnv1a(&s.t_blob[0] + lo_at if hi_at > lo_at else NULL, hi_at - lo_at)
     existing = s.find_name(name, h)
     if existing >= 0:
         if s.find(hi, lo) == existing:
@@ -1143,14 +1200,13 @@ cdef int create_topic(_Pass s, tuple topic_args, int64_t row, int64_t offset) ex
     (<int32_t *>s.topic_cell(T_COUNT, trow, True))[0] = 0
     (<int64_t *>s.topic_cell(T_EPOCH, trow, True))[0] = offset
     (<uint8_t *>s.topic_cell(T_LIVE, trow, True))[0] = 1
-    cdef list names = s.target[G_NAMES]
-    cdef Py_ssize_t k = trow >> s.shift
-    if k == len(names):
-        names.append((name,))
-    else:
-        names[k] = (<tuple>names[k]) + (name,)
-    insert_slot(s.target[G_NAME_INDEX], h, <int32_t>trow)
-    insert_slot(s.target[G_ID_INDEX], uuid_hash(hi, lo), <int32_t>trow)
+    if s.pending is None:
+        s.pending, s.pending_row = [], trow
+    s.pending.append(name)
+    insert_slot(s.target[G_NAME_INDEX], <uint32_t *>&s.name_hash[0], <int32_t *>&s.name_row[0], s.name_row.shape[0],
+                h, <int32_t>trow)
+    insert_slot(s.target[G_ID_INDEX], <uint32_t *>&s.id_hash[0], <int32_t *>&s.id_row[0], s.id_row.shape[0],
+                uuid_hash(hi, lo), <int32_t>trow)
     s.t_rows += 1
     s.t_added += 1
     s.t_room = (s.t_rows & ((<int64_t>1 << s.shift) - 1)) != 0  # a full chunk: room again next time
@@ -1158,26 +1214,17 @@ cdef int create_topic(_Pass s, tuple topic_args, int64_t row, int64_t offset) ex
     return APPLIED
 
 
-cdef int create_partition(_Pass s, tuple partition_args, int64_t row, int64_t offset) except -2:
-    # PartitionRecord of row ``row`` of the decoder's partitions table: a new id past the topic's last
-    cdef const int64_t[:, ::1] tid = partition_args[1]
-    cdef const int32_t[::1] pids = partition_args[2]
-    cdef const int16_t[::1] replica_count = partition_args[8]
-    cdef const int16_t[::1] isr_count = partition_args[10]
-    cdef const int16_t[::1] directory_count = partition_args[11]
-    cdef const int32_t[:, ::1] replicas = partition_args[7]
-    cdef const int32_t[:, ::1] isr = partition_args[9]
-    cdef const int32_t[::1] leader = partition_args[3]
-    cdef const int32_t[::1] leader_epoch = partition_args[4]
-    cdef const int32_t[::1] partition_epoch = partition_args[5]
-    cdef const int8_t[::1] recovery = partition_args[6]
-    cdef int32_t pid = pids[row], first, count
+cdef int create_partition(_Pass s, int64_t row, int64_t offset) except -2:
+    # PartitionRecord of row ``row`` of the decoder's partitions table (s.load first): a new id
+    # past the topic's last
+    cdef int32_t pid = s.p_pid[row], first, count
     cdef int64_t trow, start, prow, r, grow
-    cdef Py_ssize_t nrep = replica_count[row], nisr = isr_count[row]
+    cdef Py_ssize_t nrep = s.p_replica_count[row], nisr = s.p_isr_count[row]
     cdef int64_t mask = (<int64_t>1 << s.shift) - 1
-    if pid < 0 or directory_count[row] != 0 or not 0 <= nrep <= replicas.shape[1] or not 0 <= nisr <= isr.shape[1]:
+    if pid < 0 or s.p_directory_count[row] != 0 or not 0 <= nrep <= s.p_replicas.shape[1] \
+            or not 0 <= nisr <= s.p_isr.shape[1]:
         return HAND_BACK
-    trow = s.find(tid[row, 0], tid[row, 1])
+    trow = s.find(s.p_tid[row, 0], s.p_tid[row, 1])
     if trow < 0:
         return HAND_BACK  # an unknown topic: the scalar path raises
     first = (<int32_t *>s.topic_cell(T_FIRST, trow, False))[0]
@@ -1200,12 +1247,12 @@ cdef int create_partition(_Pass s, tuple partition_args, int64_t row, int64_t of
         write_row_list(s, P_ISR, r, NULL, 0)
     prow = start + grow - 1
     (<int32_t *>s.partition_cell(P_ID, prow, 0))[0] = pid
-    (<int32_t *>s.partition_cell(P_LEADER, prow, 0))[0] = leader[row]
-    (<int32_t *>s.partition_cell(P_LEADER_EPOCH, prow, 0))[0] = leader_epoch[row]
-    (<int32_t *>s.partition_cell(P_PARTITION_EPOCH, prow, 0))[0] = partition_epoch[row]
-    (<int8_t *>s.partition_cell(P_RECOVERY, prow, 0))[0] = recovery[row]
-    write_row_list(s, P_REPLICAS, prow, &replicas[row, 0] if replicas.shape[1] else NULL, nrep)
-    write_row_list(s, P_ISR, prow, &isr[row, 0] if isr.shape[1] else NULL, nisr)
+    (<int32_t *>s.partition_cell(P_LEADER, prow, 0))[0] = s.p_leader[row]
+    (<int32_t *>s.partition_cell(P_LEADER_EPOCH, prow, 0))[0] = s.p_leader_epoch[row]
+    (<int32_t *>s.partition_cell(P_PARTITION_EPOCH, prow, 0))[0] = s.p_partition_epoch[row]
+    (<int8_t *>s.partition_cell(P_RECOVERY, prow, 0))[0] = s.p_recovery[row]
+    write_row_list(s, P_REPLICAS, prow, &s.p_replicas[row, 0] if s.p_replicas.shape[1] else NULL, nrep)
+    write_row_list(s, P_ISR, prow, &s.p_isr[row, 0] if s.p_isr.shape[1] else NULL, nisr)
     s.p_rows += grow
     s.p_added += grow
     s.p_room = (s.p_rows & mask) != 0  # a full chunk: room again next time
@@ -1329,10 +1376,12 @@ def apply_topic_stream(tuple target, tuple change_args, tuple config_args, tuple
             elif kind == TOPIC_RECORD and creating and whole_row(t_rec, t_extras, row, i):
                 if creation_end(api_keys, order, pos) - pos >= bulk_min:
                     break  # the loader's vectorised step
-                if create_topic(s, topic_args, row, offsets[i]) == HAND_BACK:
+                s.load(topic_args, partition_args)
+                if create_topic(s, row, offsets[i]) == HAND_BACK:
                     break
             elif kind == PARTITION_RECORD and creating and whole_row(p_rec, p_extras, row, i):
-                if create_partition(s, partition_args, row, offsets[i]) == HAND_BACK:
+                s.load(topic_args, partition_args)
+                if create_partition(s, row, offsets[i]) == HAND_BACK:
                     break
             else:
                 break

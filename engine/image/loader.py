@@ -101,7 +101,11 @@ _FENCING_OF_COLUMN = {-1: FENCING_NONE, 0: FENCING_UNFENCE, 1: FENCING_FENCE}
 # editing state no topic record reads (brokers, features, quotas, ACLs, ...); an unknown apiKey
 # lands here too, and the generic codec reports it.
 NO_STATE, TOPIC_STREAM, SIDE_STREAM = 0, 1, 2
-BULK_MIN_RECORDS = 8  # a creation (TopicRecord + PartitionRecords) shorter than this is cheaper record by record
+# A creation (TopicRecords + PartitionRecords in a row, from a TopicRecord) this long goes in one
+# vectorised step (bulk_create, ~0.2 ms whatever its size); a shorter one record by record in the
+# native pass (~1 us a topic, ~0.15 us a partition). Measured on the 100k-partition image: even at
+# ~1,000 records (3 or 1,000 partitions a topic), both ways ~0.55 ms; 10,000: native 1.9 ms, bulk 0.9.
+BULK_MIN_RECORDS = 512
 _STREAM_OF_API_KEY = np.full(256, SIDE_STREAM, dtype=np.uint8)
 _STREAM_OF_API_KEY[[API_NOOP, API_BEGIN_TXN, API_END_TXN, API_ABORT_TXN]] = NO_STATE
 _STREAM_OF_API_KEY[[API_TOPIC, API_PARTITION, API_PARTITION_CHANGE, API_REMOVE_TOPIC, API_CONFIG]] = TOPIC_STREAM
