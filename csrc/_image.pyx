@@ -1014,9 +1014,14 @@ cdef class _Pass:
     cdef bint indexed
     cdef const uint32_t[::1] name_hash, id_hash
     cdef const int32_t[::1] name_row, id_row
-    # the decoder's topics and partitions tables, taken once (a memoryview costs ~0.3 us to take)
-    cdef bint loaded
-    cdef const int64_t[:, ::1] t_tid, p_tid
+    # the decoder's tables, each taken (and checked) at the first record of its kind: a memoryview
+    # costs ~0.3 us to take, and most passes meet changes only
+    cdef bint configs_loaded, removes_loaded, loaded
+    cdef const int32_t[::1] g_rec, r_rec, t_rec, p_rec
+    cdef const uint8_t[::1] g_null, g_extras, g_blob, r_extras, t_extras, p_extras
+    cdef const int8_t[::1] g_type
+    cdef const int64_t[::1] g_rname, g_name, g_value
+    cdef const int64_t[:, ::1] r_tid, t_tid, p_tid
     cdef const uint8_t[::1] t_blob
     cdef const int64_t[::1] t_offsets
     cdef const int32_t[::1] p_pid, p_leader, p_leader_epoch, p_partition_epoch
@@ -1024,15 +1029,39 @@ cdef class _Pass:
     cdef const int32_t[:, ::1] p_replicas, p_isr
     cdef const int16_t[::1] p_replica_count, p_isr_count, p_directory_count
 
-    cdef int load(self, tuple topic_args, tuple partition_args) except -1:
+    cdef bint load_configs(self, tuple config_args) except -1:
+        if not self.configs_loaded:
+            (self.g_rec, self.g_type, self.g_null, self.g_extras, self.g_blob, self.g_rname, self.g_name,
+             self.g_value) = config_args
+            if not (self.g_type.shape[0] == self.g_null.shape[0] == self.g_extras.shape[0] == self.g_rec.shape[0]
+                    and self.g_rname.shape[0] == self.g_name.shape[0] == self.g_value.shape[0]
+                    == self.g_rec.shape[0] + 1):
+                raise ValueError("every config column must have one value per row")
+            self.configs_loaded = True
+        return True
+
+    cdef bint load_removes(self, tuple remove_args) except -1:
+        if not self.removes_loaded:
+            self.r_rec, self.r_tid, self.r_extras = remove_args
+            if not self.r_tid.shape[0] == self.r_extras.shape[0] == self.r_rec.shape[0]:
+                raise ValueError("every remove column must have one value per row")
+            self.removes_loaded = True
+        return True
+
+    cdef bint load(self, tuple topic_args, tuple partition_args) except -1:
+        # the topics and partitions tables (a creation reads both)
         if self.loaded:
-            return 0
-        self.t_tid, self.t_blob, self.t_offsets = topic_args[1], topic_args[3], topic_args[4]
-        (self.p_tid, self.p_pid, self.p_leader, self.p_leader_epoch, self.p_partition_epoch, self.p_recovery,
-         self.p_replicas, self.p_replica_count, self.p_isr, self.p_isr_count,
-         self.p_directory_count) = partition_args[1:12]
+            return True
+        self.t_rec, self.t_tid, self.t_extras, self.t_blob, self.t_offsets = topic_args
+        (self.p_rec, self.p_tid, self.p_pid, self.p_leader, self.p_leader_epoch, self.p_partition_epoch,
+         self.p_recovery, self.p_replicas, self.p_replica_count, self.p_isr, self.p_isr_count,
+         self.p_directory_count, self.p_extras) = partition_args
+        if not (self.t_tid.shape[0] == self.t_extras.shape[0] == self.t_rec.shape[0]
+                and self.t_offsets.shape[0] == self.t_rec.shape[0] + 1
+                and all([len(partition_args[j]) == self.p_rec.shape[0] for j in range(1, 13)])):
+            raise ValueError("every topic / partition column must have one value per row")
         self.loaded = True
-        return 0
+        return True
 
     cdef int index(self) except -1:
         if self.indexed:
@@ -1288,7 +1317,7 @@ cdef Py_ssize_t creation_end(const int16_t[::1] api_keys, const int64_t[::1] ord
 
 def apply_topic_stream(tuple target, tuple change_args, tuple config_args, tuple remove_args, tuple topic_args,
                        tuple partition_args, configs, const int16_t[::1] api_keys, const int32_t[::1] kind_rows,
-                       const int64_t[::1] order, Py_ssize_t start, int64_t[::1] written, int shift):
+                       const int64_t[::1] order, Py_ssize_t start, written, int shift):
     """Apply ``order[start:]`` (see above) until the first record not applied whole.
     ``target``: the delta's tables and indexes (G_* above: TopicsDelta.apply_stream builds it).
     ``change_args``: apply_changes' arguments after the id index (the decoder's partition_changes
@@ -1305,34 +1334,11 @@ def apply_topic_stream(tuple target, tuple change_args, tuple config_args, tuple
     cdef Py_ssize_t n = order.shape[0], pos = start, count = 0, applied, stop
     if not 0 <= start <= n:
         raise ValueError(f"start {start} is outside the {n} records")
-    if written.shape[0] < n - start or api_keys.shape[0] != kind_rows.shape[0]:
+    if len(written) < n - start or api_keys.shape[0] != kind_rows.shape[0]:
         raise ValueError("written must hold a row per record from start; api_keys and kind_rows go together")
     if len(target) != N_TARGET or len(change_args) != 9 or len(config_args) != 8 or len(remove_args) != 3 \
             or len(topic_args) != 5 or len(partition_args) != 13:
         raise ValueError("19 target entries; 9 change, 8 config, 3 remove, 5 topic, 13 partition arguments")
-    cdef const int32_t[::1] g_rec = config_args[0]
-    cdef const int8_t[::1] g_type = config_args[1]
-    cdef const uint8_t[::1] g_null = config_args[2]
-    cdef const uint8_t[::1] g_extras = config_args[3]
-    cdef const uint8_t[::1] g_blob = config_args[4]
-    cdef const int64_t[::1] g_rname = config_args[5]
-    cdef const int64_t[::1] g_name = config_args[6]
-    cdef const int64_t[::1] g_value = config_args[7]
-    cdef const int32_t[::1] r_rec = remove_args[0]
-    cdef const int64_t[:, ::1] r_tid = remove_args[1]
-    cdef const uint8_t[::1] r_extras = remove_args[2]
-    cdef const int32_t[::1] t_rec = topic_args[0]
-    cdef const uint8_t[::1] t_extras = topic_args[2]
-    cdef const int64_t[:, ::1] t_tid = topic_args[1]
-    cdef const int64_t[::1] t_offsets = topic_args[4]
-    cdef const int32_t[::1] p_rec = partition_args[0]
-    cdef const uint8_t[::1] p_extras = partition_args[12]
-    if not (g_type.shape[0] == g_null.shape[0] == g_extras.shape[0] == g_rec.shape[0]
-            and g_rname.shape[0] == g_name.shape[0] == g_value.shape[0] == g_rec.shape[0] + 1
-            and r_tid.shape[0] == r_extras.shape[0] == r_rec.shape[0]
-            and t_tid.shape[0] == t_extras.shape[0] == t_rec.shape[0] and t_offsets.shape[0] == t_rec.shape[0] + 1
-            and all([len(partition_args[j]) == p_rec.shape[0] for j in range(1, 13)])):
-        raise ValueError("every config / remove / topic / partition column must have one value per row")
     cdef const int64_t[::1] offsets
     cdef bint creating = target[G_OFFSETS] is not None
     if creating:
@@ -1357,30 +1363,32 @@ def apply_topic_stream(tuple target, tuple change_args, tuple config_args, tuple
                 stop, applied = apply_changes(
                     target[G_PARTITION_CHUNKS](), target[G_TOPIC_CHUNKS](), change_args[0],
                     target[G_PARTITION_OWNED], target[G_PARTITION_OWN], ids.slot_hash, ids.slot_row,
-                    *change_args[1:], api_keys, kind_rows, order, pos, written[count:], shift)
+                    *change_args[1:], api_keys, kind_rows, order, pos, written[count:] if count else written, shift)
                 count += applied
                 if stop == pos:
                     break
                 s.p_room = False  # it may have widened a list column of the last chunk (a new array)
                 pos = stop
                 continue
-            if kind == CONFIG_RECORD and whole_row(g_rec, g_extras, row, i):
-                if put_config(configs, (g_type[row], blob_text(g_blob, g_rname, row)), blob_text(g_blob, g_name, row),
-                              None if g_null[row] else blob_text(g_blob, g_value, row)):
+            if kind == CONFIG_RECORD and s.load_configs(config_args) and whole_row(s.g_rec, s.g_extras, row, i):
+                if put_config(configs, (s.g_type[row], blob_text(s.g_blob, s.g_rname, row)),
+                              blob_text(s.g_blob, s.g_name, row),
+                              None if s.g_null[row] else blob_text(s.g_blob, s.g_value, row)):
                     s.configs_changed = True
-            elif kind == REMOVE_TOPIC_RECORD and whole_row(r_rec, r_extras, row, i):
-                trow = s.find(r_tid[row, 0], r_tid[row, 1])
+            elif kind == REMOVE_TOPIC_RECORD and s.load_removes(remove_args) \
+                    and whole_row(s.r_rec, s.r_extras, row, i):
+                trow = s.find(s.r_tid[row, 0], s.r_tid[row, 1])
                 if trow < 0:
                     break  # an unknown topic: the loader's replay reports it
-                drop_topic(s, configs, trow, r_tid[row, 0], r_tid[row, 1])
-            elif kind == TOPIC_RECORD and creating and whole_row(t_rec, t_extras, row, i):
+                drop_topic(s, configs, trow, s.r_tid[row, 0], s.r_tid[row, 1])
+            elif kind == TOPIC_RECORD and creating and s.load(topic_args, partition_args) \
+                    and whole_row(s.t_rec, s.t_extras, row, i):
                 if creation_end(api_keys, order, pos) - pos >= bulk_min:
                     break  # the loader's vectorised step
-                s.load(topic_args, partition_args)
                 if create_topic(s, row, offsets[i]) == HAND_BACK:
                     break
-            elif kind == PARTITION_RECORD and creating and whole_row(p_rec, p_extras, row, i):
-                s.load(topic_args, partition_args)
+            elif kind == PARTITION_RECORD and creating and s.load(topic_args, partition_args) \
+                    and whole_row(s.p_rec, s.p_extras, row, i):
                 if create_partition(s, row, offsets[i]) == HAND_BACK:
                     break
             else:

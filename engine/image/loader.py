@@ -78,6 +78,7 @@ from kraftlog.engine.image.image import (
 from kraftlog.engine.image.topics import (
     TOPIC_EPOCH_TAG,
     MetadataReplayError,
+    TopicsDelta,
     halves_to_uuid,
     topic_record_epochs,
 )
@@ -438,6 +439,7 @@ class _Context:
     def __init__(self, delta, cols, manifest, snapshot_end_offset, skip_errors, path):
         self.delta, self.cols, self.manifest = delta, cols, manifest
         self.snapshot_end_offset, self.skip_errors, self.path = snapshot_end_offset, skip_errors, path
+        self.stream_tables = None  # the native pass's view of the columns, made at its first call
 
     def topic_epoch(self, i: int, data) -> int | None:
         """KIP-232 epoch record ``i`` gives its topic: log replay, the record's offset; a snapshot,
@@ -694,9 +696,12 @@ class _Context:
     def native_pass(self, indexes: np.ndarray, pos: int) -> int:
         """The native pass over ``indexes[pos:]``; returns where it stopped (see TopicsDelta.apply_stream)."""
         cols, delta = self.cols, self.delta
+        if self.stream_tables is None:
+            self.stream_tables = TopicsDelta.stream_tables(cols)
         offsets = cols.offsets if self.snapshot_end_offset is None else None
         stop, topics_changed, configs_changed = delta.topics.apply_stream(
-            cols, delta.configs, indexes, pos, offsets=offsets, bulk_min_records=BULK_MIN_RECORDS)
+            self.stream_tables, delta.configs, cols.api_keys, cols.kind_rows, indexes, pos, offsets=offsets,
+            bulk_min_records=BULK_MIN_RECORDS)
         if topics_changed:
             delta.changed.add("topics")
         if configs_changed:
