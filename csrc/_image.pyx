@@ -789,6 +789,616 @@ def apply_changes(list partition_chunks, list topic_chunks, tuple written_names,
     return (pos, count)
 
 
+# ---- the whole topic stream in one pass, in log order ----------------------------------------------
+# apply_topic_stream walks ``order`` from ``start`` like apply_changes, and applies every record of
+# the topic stream the decoded columns hold whole, so the loader gets control back only at a record
+# the pass does not apply: one with extras or of a version the columns do not decode, a record that
+# would fail (the loader's replay raises the typed error, word for word), a PartitionChangeRecord
+# apply_changes stops at, a creation long enough for the loader's vectorised step (a TopicRecord
+# starting ``bulk_min_records`` or more TopicRecords and PartitionRecords in a row), or a shape the
+# pass leaves to the scalar path (below). Nothing of a record it stops at is written.
+#
+# ConfigRecord: MetadataDelta.replay_config (Kafka's ConfigurationsDelta): (resource type, resource
+# name) -> {name: value}; a null value deletes the key, a resource left without keys goes, the same
+# value again changes nothing. ``configs`` is MetadataDelta.configs (a _MapDelta): its ``items``
+# dict once owned, else its ``base`` mapping; ``writable()`` owns it, called on the first real
+# change only, so a region of no-op configs leaves the delta's configs as they were. The values
+# are MappingProxyType, built here.
+#
+# RemoveTopicRecord (TopicsDelta.replay_remove_topic and MetadataDelta.replay_remove_topic): the
+# topic's partition rows get topic_row -1, its topic row live False, its name and id leave the
+# delta's (mutable) indexes, a topic of the base image is listed in ``deleted`` (id -> name), and
+# its configs (resource type TOPIC, its name) go with it. An unknown topic is handed back.
+#
+# TopicRecord (TopicsDelta.replay_topic): a new name and id get a topic row appended (no partitions
+# yet, epoch = the record's offset: KIP-232), the name appended to its chunk's name tuple, both
+# indexes an entry; the same name with the same id again changes nothing. Handed back: a name or
+# id taken by another topic (an error), an index that would pass half full (Python grows it).
+#
+# PartitionRecord (TopicsDelta.replay_partition) of a partition id past the topic's last, for a
+# topic whose rows end the partitions table (what a creation is, and CreatePartitions of the last
+# topic): rows appended up to that id (ids skipped are holes, partition_id -1), the record's
+# fields written, the topic's first_row / partition_count / epoch moved. Handed back: a partition
+# that exists or fills a hole (replacing a row), a topic whose rows would move (TopicsDelta
+# relocates them), a record with directories, rows that would cross into a new chunk.
+#
+# Appends write into the writer's last chunk: ``room(appended)`` (TableWriter.native_room) counts
+# the rows the pass wrote so far, gives that chunk room for one more row (a new chunk when it is
+# full; called only when a row will be written, so no chunk stays empty) with every column owned,
+# and returns (the next row, the chunk's arrays); at the end ``appended(count)`` counts the rest.
+# An owned array has room for a whole chunk and holds default values past the chunk's rows
+# (TableWriter._column), so hole rows and a sparse column need no write. Rows of other chunks
+# (a topic's first_row, a deleted topic's rows) are owned through own(name, chunk, width) on
+# first touch, as in apply_changes.
+DEF TOPIC_RECORD = 2  # apiKeys
+DEF PARTITION_RECORD = 3
+DEF CONFIG_RECORD = 4
+DEF REMOVE_TOPIC_RECORD = 9
+DEF TOPIC_RESOURCE_TYPE = 2  # Kafka's ConfigResource.Type.TOPIC
+DEF NO_LEADER = -1
+# ``target``, by position: the delta's tables and indexes (TopicsDelta.apply_stream)
+DEF G_PARTITION_CHUNKS = 0  # the partitions writer's chunk_arrays (called before each change stretch)
+DEF G_TOPIC_CHUNKS = 1
+DEF G_PARTITION_OWNED = 2  # owned_arrays(name)
+DEF G_PARTITION_OWN = 3  # own_column(name, chunk, width)
+DEF G_TOPIC_OWNED = 4
+DEF G_TOPIC_OWN = 5
+DEF G_PARTITION_ROOM = 6  # native_room(appended) -> (next row, the last chunk's arrays)
+DEF G_TOPIC_ROOM = 7
+DEF G_PARTITION_APPENDED = 8  # native_appended(count)
+DEF G_TOPIC_APPENDED = 9
+DEF G_PARTITION_ROWS = 10  # the writers' row counts now
+DEF G_TOPIC_ROWS = 11
+DEF G_NAMES = 12  # the delta's topic names, a tuple per topics chunk
+DEF G_NAME_INDEX = 13  # HashIndex objects (slot_hash, slot_row, used); mutable when the pass may write them
+DEF G_ID_INDEX = 14
+DEF G_BASE_TOPIC_ROWS = 15
+DEF G_DELETED = 16  # TopicsChanges.deleted_topics
+DEF G_OFFSETS = 17  # the records' offsets (int64), None for a snapshot (its creations: the bulk step)
+DEF G_BULK_MIN_RECORDS = 18
+DEF N_TARGET = 19
+# the topic columns the pass reads and writes (_Pass.tcols), and the partition columns it appends
+DEF T_ID_HI = 0
+DEF T_ID_LO = 1
+DEF T_FIRST = 2
+DEF T_COUNT = 3
+DEF T_EPOCH = 4
+DEF T_LIVE = 5
+DEF N_TCOLS = 6
+DEF P_TOPIC_ROW = 0
+DEF P_ID = 1
+DEF P_LEADER = 2
+DEF P_LEADER_EPOCH = 3
+DEF P_PARTITION_EPOCH = 4
+DEF P_RECOVERY = 5
+DEF P_REPLICAS = 6
+DEF P_ISR = 7
+DEF N_PCOLS = 8
+_TOPIC_COLUMNS = ("id_hi", "id_lo", "first_row", "partition_count", "topic_epoch", "live")
+_APPENDED_COLUMNS = ("topic_row", "partition_id", "leader", "leader_epoch", "partition_epoch",
+                     "leader_recovery_state", "replicas", "isr")
+
+import uuid as _uuid_module
+
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+
+cdef extern from "Python.h":
+    object PyDictProxy_New(object mapping)
+
+_UUID = _uuid_module.UUID
+_U64_MASK = (1 << 64) - 1
+_TOPIC_DTYPES = (np.dtype(np.int64), np.dtype(np.int64), np.dtype(np.int32), np.dtype(np.int32),
+                 np.dtype(np.int64), np.dtype(np.bool_))
+_APPENDED_DTYPES = (np.dtype(np.int32),) * 5 + (np.dtype(np.int8), np.dtype(np.int32), np.dtype(np.int32))
+
+# what a record handler returns
+DEF APPLIED = 1
+DEF UNCHANGED = 0
+DEF HAND_BACK = -1
+
+
+cdef inline bint whole_row(const int32_t[::1] record_index, const uint8_t[::1] extras, int64_t row,
+                           int64_t i) noexcept nogil:
+    # kind_rows points into ``other`` for a version the columns do not decode: record_index tells
+    return 0 <= row < record_index.shape[0] and record_index[row] == i and not extras[row]
+
+
+cdef str blob_text(const uint8_t[::1] blob, const int64_t[::1] offsets, int64_t row):
+    cdef int64_t lo = offsets[row], hi = offsets[row + 1]
+    if lo < 0 or hi < lo or hi > blob.shape[0]:
+        raise ValueError(f"string {row}: offsets {lo}..{hi} run outside the blob")
+    if hi == lo:
+        return ""
+    return PyUnicode_DecodeUTF8(<const char *>&blob[0] + lo, hi - lo, "strict")
+
+
+cdef dict writable_configs(configs):
+    items = configs.items
+    return configs.writable() if items is None else items
+
+
+cdef bint put_config(configs, tuple key, str name, str value) except -1:
+    # MetadataDelta.replay_config (value None: delete the key); True when the configs changed
+    items = configs.items
+    current = (configs.base if items is None else items).get(key)
+    if value is None:
+        if current is None or name not in current:
+            return False
+    elif current is not None and current.get(name) == value:
+        return False
+    cdef dict updated = {} if current is None else dict(current)
+    if value is None:
+        del updated[name]
+    else:
+        updated[name] = value
+    if updated:
+        writable_configs(configs)[key] = PyDictProxy_New(updated)
+    else:
+        del writable_configs(configs)[key]
+    return True
+
+
+cdef bint drop_configs(configs, tuple key) except -1:
+    # the configs of ``key`` go, if it has any; True when it had
+    items = configs.items
+    if key not in (configs.base if items is None else items):
+        return False
+    del writable_configs(configs)[key]
+    return True
+
+
+cdef int tombstone(int32_t *slot_row, Py_ssize_t size, uint64_t h, int32_t row) except -1:
+    # the slot holding ``row`` for hash ``h`` becomes TOMBSTONE (remove above; the delta's
+    # mutable copy of the index: TopicsDelta.apply_stream owns them first)
+    cdef Py_ssize_t probes = 0
+    cdef uint64_t mask = size - 1, s = h & mask
+    while slot_row[s] != EMPTY and probes < size:
+        if slot_row[s] == row:
+            slot_row[s] = TOMBSTONE
+            return 0
+        s = (s + 1) & mask
+        probes += 1
+    raise AssertionError(f"topic row {row} is not in its index")
+
+
+cdef bint has_room(index) except -1:
+    # HashIndex.insert grows the slots past half full; the pass leaves that to it
+    return 2 * (<Py_ssize_t>index.used + 1) <= len(index.slot_row)
+
+
+cdef int insert_slot(index, uint32_t *slot_hash, int32_t *slot_row, Py_ssize_t size, uint64_t h,
+                     int32_t row) except -1:
+    # HashIndex.insert without the growth (has_room first) into its slots (the delta's mutable
+    # copy: TopicsDelta.apply_stream owns them first): linear probing to a free or dead slot
+    cdef uint64_t mask = size - 1, s = h & mask
+    while slot_row[s] >= 0:
+        s = (s + 1) & mask
+    slot_hash[s] = <uint32_t>h
+    slot_row[s] = row
+    index.used = index.used + 1
+    return 0
+
+
+cdef char *writable_cell(list owned, object own, str name, int64_t row, int shift) except NULL:
+    # the address of ``row`` in the writer-owned array of ``name`` (owned through ``own`` on first touch)
+    cdef int64_t k = row >> shift
+    item = owned[k] if k < len(owned) else None
+    if item is None:
+        item = own(name, k, 0)
+    cdef cnp.ndarray a = <cnp.ndarray>item
+    if not cnp.PyArray_ISWRITEABLE(a) or cnp.PyArray_NDIM(a) != 1:
+        raise ValueError(f"{name}: chunk {k} is not a writable 1-D array")
+    return <char *>cnp.PyArray_DATA(a) + (row & ((<int64_t>1 << shift) - 1)) * cnp.PyArray_STRIDE(a, 0)
+
+
+cdef class _Pass:
+    # One apply_topic_stream call's state besides the change stretches. tcols: the topic columns
+    # over every chunk (read by lookups, written on first touch through own), built at the first
+    # record that needs them and again after the writer made room; pparts: the partitions' last
+    # chunk (the only one rows are appended to), valid while p_room.
+    cdef tuple target
+    cdef int shift
+    cdef list tcols
+    cdef Py_ssize_t nt
+    cdef bint t_room, p_room
+    cdef ColumnPart pparts[N_PCOLS]
+    cdef int64_t p_chunk, t_rows, p_rows, t_added, p_added
+    cdef list topic_row_owned
+    # names of the topic rows created by the pass, from row pending_row on: put into their chunks'
+    # name tuples once, at the end (a tuple per topic would copy its chunk's names each time)
+    cdef list pending
+    cdef int64_t pending_row
+    cdef int64_t removed, created, grown
+    cdef bint configs_changed
+    # the indexes' slots (no growth within a pass: an index that would grow hands its record back)
+    cdef bint indexed
+    cdef const uint32_t[::1] name_hash, id_hash
+    cdef const int32_t[::1] name_row, id_row
+    # the decoder's tables, each taken (and checked) at the first record of its kind: a memoryview
+    # costs ~0.3 us to take, and most passes meet changes only
+    cdef bint configs_loaded, removes_loaded, loaded
+    cdef const int32_t[::1] g_rec, r_rec, t_rec, p_rec
+    cdef const uint8_t[::1] g_null, g_extras, g_blob, r_extras, t_extras, p_extras
+    cdef const int8_t[::1] g_type
+    cdef const int64_t[::1] g_rname, g_name, g_value
+    cdef const int64_t[:, ::1] r_tid, t_tid, p_tid
+    cdef const uint8_t[::1] t_blob
+    cdef const int64_t[::1] t_offsets
+    cdef const int32_t[::1] p_pid, p_leader, p_leader_epoch, p_partition_epoch
+    cdef const int8_t[::1] p_recovery
+    cdef const int32_t[:, ::1] p_replicas, p_isr
+    cdef const int16_t[::1] p_replica_count, p_isr_count, p_directory_count
+
+    cdef bint load_configs(self, tuple config_args) except -1:
+        if not self.configs_loaded:
+            (self.g_rec, self.g_type, self.g_null, self.g_extras, self.g_blob, self.g_rname, self.g_name,
+             self.g_value) = config_args
+            if not (self.g_type.shape[0] == self.g_null.shape[0] == self.g_extras.shape[0] == self.g_rec.shape[0]
+                    and self.g_rname.shape[0] == self.g_name.shape[0] == self.g_value.shape[0]
+                    == self.g_rec.shape[0] + 1):
+                raise ValueError("every config column must have one value per row")
+            self.configs_loaded = True
+        return True
+
+    cdef bint load_removes(self, tuple remove_args) except -1:
+        if not self.removes_loaded:
+            self.r_rec, self.r_tid, self.r_extras = remove_args
+            if not self.r_tid.shape[0] == self.r_extras.shape[0] == self.r_rec.shape[0]:
+                raise ValueError("every remove column must have one value per row")
+            self.removes_loaded = True
+        return True
+
+    cdef bint load(self, tuple topic_args, tuple partition_args) except -1:
+        # the topics and partitions tables (a creation reads both)
+        if self.loaded:
+            return True
+        self.t_rec, self.t_tid, self.t_extras, self.t_blob, self.t_offsets = topic_args
+        (self.p_rec, self.p_tid, self.p_pid, self.p_leader, self.p_leader_epoch, self.p_partition_epoch,
+         self.p_recovery, self.p_replicas, self.p_replica_count, self.p_isr, self.p_isr_count,
+         self.p_directory_count, self.p_extras) = partition_args
+        if not (self.t_tid.shape[0] == self.t_extras.shape[0] == self.t_rec.shape[0]
+                and self.t_offsets.shape[0] == self.t_rec.shape[0] + 1
+                and all([len(partition_args[j]) == self.p_rec.shape[0] for j in range(1, 13)])):
+            raise ValueError("every topic / partition column must have one value per row")
+        self.loaded = True
+        return True
+
+    cdef int index(self) except -1:
+        if self.indexed:
+            return 0
+        names, ids = self.target[G_NAME_INDEX], self.target[G_ID_INDEX]
+        self.name_hash, self.name_row, self.id_hash, self.id_row = names.slot_hash, names.slot_row, ids.slot_hash, \
+            ids.slot_row
+        if self.name_row.shape[0] == 0 or self.id_row.shape[0] == 0:
+            raise ValueError("slot arrays must be of a non-zero size")
+        self.indexed = True
+        return 0
+
+    cdef int build_topics(self) except -1:
+        cdef Py_ssize_t c
+        chunks = self.target[G_TOPIC_CHUNKS]()
+        owned = self.target[G_TOPIC_OWNED]
+        self.tcols = [written_column(chunks, _TOPIC_COLUMNS[c], owned(_TOPIC_COLUMNS[c]), _TOPIC_DTYPES[c])
+                      for c in range(N_TCOLS)]
+        self.nt = len(chunks)
+        return 0
+
+    cdef char *topic_cell(self, int c, int64_t trow, bint write) except NULL:
+        # the address of topic row ``trow`` in column c (owned first when written); the row exists
+        if self.tcols is None:
+            self.build_topics()
+        cdef _WrittenColumn col = <_WrittenColumn>self.tcols[c]
+        if write:
+            own_row(col, trow, self.shift, 0, self.target[G_TOPIC_OWN])
+        cdef char *p = cell(col.parts, self.nt, trow, self.shift)
+        if p == NULL:
+            raise IndexError(f"topic row {trow} is not in the topics table")
+        return p
+
+    cdef int64_t find(self, int64_t hi, int64_t lo) except -2:
+        # the live topic row of id (hi, lo), or -1
+        if self.tcols is None:
+            self.build_topics()
+        self.index()
+        return find_topic(&self.id_hash[0], &self.id_row[0], self.id_row.shape[0],
+                          (<_WrittenColumn>self.tcols[T_ID_HI]).parts, (<_WrittenColumn>self.tcols[T_ID_LO]).parts,
+                          self.nt, hi, lo, self.shift)
+
+    cdef int64_t find_name(self, str name, uint64_t h) except -2:
+        # the live topic row named ``name`` (hash h), or -1
+        self.index()
+        cdef Py_ssize_t size = self.name_row.shape[0], probes = 0
+        cdef uint64_t mask = size - 1, s = h & mask
+        cdef int32_t r
+        while probes < size and self.name_row[s] != EMPTY:
+            r = self.name_row[s]
+            if r >= 0 and self.name_hash[s] == <uint32_t>h and self.name_of(r) == name:
+                return r
+            s = (s + 1) & mask
+            probes += 1
+        return -1
+
+    cdef int make_topic_room(self) except -1:
+        if not self.t_room:
+            row, _ = self.target[G_TOPIC_ROOM](self.t_added)
+            self.t_rows, self.t_added, self.t_room = row, 0, True
+            self.build_topics()
+        return 0
+
+    cdef int make_partition_room(self) except -1:
+        cdef Py_ssize_t c
+        if self.p_room:
+            return 0
+        row, arrays = self.target[G_PARTITION_ROOM](self.p_added)
+        self.p_rows, self.p_added = row, 0
+        self.p_chunk = self.p_rows >> self.shift
+        for c in range(N_PCOLS):
+            set_part(&self.pparts[c], (<dict>arrays)[_APPENDED_COLUMNS[c]])
+        self.p_room = True
+        return 0
+
+    cdef char *partition_cell(self, int c, int64_t prow, Py_ssize_t width) except NULL:
+        # the address of appended row ``prow`` (in the last chunk) in column c, at least ``width`` wide
+        cdef ColumnPart *part = &self.pparts[c]
+        if part.ndim == 2 and part.width < width:
+            set_part(part, self.target[G_PARTITION_OWN](_APPENDED_COLUMNS[c], self.p_chunk, width))
+        if not (prow >> self.shift) == self.p_chunk:
+            raise AssertionError(f"partition row {prow} is not in the last chunk")
+        return part.data + (prow & ((<int64_t>1 << self.shift) - 1)) * part.stride0
+
+    cdef str name_of(self, int64_t trow):
+        if self.pending is not None and trow >= self.pending_row:
+            return <str>self.pending[trow - self.pending_row]
+        return <str>(<tuple>(<list>self.target[G_NAMES])[trow >> self.shift])[trow & ((<int64_t>1 << self.shift) - 1)]
+
+    cdef int flush_names(self) except -1:
+        # TopicsDelta._append_names: each chunk's tuple rebuilt once
+        cdef list names = self.target[G_NAMES]
+        cdef Py_ssize_t done = 0, take, k, n
+        cdef int64_t row
+        if self.pending is None:
+            return 0
+        n = len(self.pending)
+        while done < n:
+            row = self.pending_row + done
+            k = row >> self.shift
+            take = min(n - done, (1 << self.shift) - (row & ((<int64_t>1 << self.shift) - 1)))
+            part = tuple(self.pending[done:done + take])
+            if k == len(names):
+                names.append(part)
+            else:
+                names[k] = (<tuple>names[k]) + part
+            done += take
+        self.pending = None
+        return 0
+
+    cdef int finish(self) except -1:
+        # the names and rows appended by the pass, into the delta and the writers
+        self.flush_names()
+        if self.t_added:
+            self.target[G_TOPIC_APPENDED](self.t_added)
+            self.t_added = 0
+        if self.p_added:
+            self.target[G_PARTITION_APPENDED](self.p_added)
+            self.p_added = 0
+        return 0
+
+
+cdef int drop_topic(_Pass s, configs, int64_t trow, int64_t hi, int64_t lo) except -1:
+    # RemoveTopicRecord of the live topic row ``trow``
+    cdef int64_t r
+    cdef Py_ssize_t size
+    cdef int32_t first = (<int32_t *>s.topic_cell(T_FIRST, trow, False))[0]
+    cdef int32_t pcount = (<int32_t *>s.topic_cell(T_COUNT, trow, False))[0]
+    if s.topic_row_owned is None:
+        s.topic_row_owned = s.target[G_PARTITION_OWNED]("topic_row")
+    for r in range(first, first + pcount):
+        (<int32_t *>writable_cell(s.topic_row_owned, s.target[G_PARTITION_OWN], "topic_row", r, s.shift))[0] = -1
+    (<uint8_t *>s.topic_cell(T_LIVE, trow, True))[0] = 0
+    cdef str name = s.name_of(trow)
+    cdef const char *utf8 = PyUnicode_AsUTF8AndSize(name, &size)
+    s.index()
+    tombstone(<int32_t *>&s.name_row[0], s.name_row.shape[0], fnv1a(<const uint8_t *>utf8, size), <int32_t>trow)
+    tombstone(<int32_t *>&s.id_row[0], s.id_row.shape[0], uuid_hash(hi, lo), <int32_t>trow)
+    if trow < <int64_t>s.target[G_BASE_TOPIC_ROWS]:  # else created and deleted in this delta: no trace
+        (<dict>s.target[G_DELETED])[_UUID(int=((hi & _U64_MASK) << 64) | (lo & _U64_MASK))] = name
+    if drop_configs(configs, (TOPIC_RESOURCE_TYPE, name)):
+        s.configs_changed = True
+    s.removed += 1
+    return 0
+
+
+cdef int create_topic(_Pass s, int64_t row, int64_t offset) except -2:
+    # TopicRecord of row ``row`` of the decoder's topics table (s.load first)
+    cdef int64_t hi = s.t_tid[row, 0], lo = s.t_tid[row, 1], lo_at = s.t_offsets[row], hi_at = s.t_offsets[row + 1]
+    cdef int64_t trow, existing
+    cdef str name = blob_text(s.t_blob, s.t_offsets, row)  # checks the offsets
+    cdef uint64_t h = fnv1a(&s.t_blob[0] + lo_at if hi_at > lo_at else NULL, hi_at - lo_at)
+    existing = s.find_name(name, h)
+    if existing >= 0:
+        if s.find(hi, lo) == existing:
+            return UNCHANGED  # the same topic again
+        return HAND_BACK  # the name is another topic's: the scalar path raises
+    if s.find(hi, lo) >= 0 or not has_room(s.target[G_NAME_INDEX]) or not has_room(s.target[G_ID_INDEX]):
+        return HAND_BACK
+    s.make_topic_room()
+    trow = s.t_rows
+    (<int64_t *>s.topic_cell(T_ID_HI, trow, True))[0] = hi
+    (<int64_t *>s.topic_cell(T_ID_LO, trow, True))[0] = lo
+    (<int32_t *>s.topic_cell(T_FIRST, trow, True))[0] = -1
+    (<int32_t *>s.topic_cell(T_COUNT, trow, True))[0] = 0
+    (<int64_t *>s.topic_cell(T_EPOCH, trow, True))[0] = offset
+    (<uint8_t *>s.topic_cell(T_LIVE, trow, True))[0] = 1
+    if s.pending is None:
+        s.pending, s.pending_row = [], trow
+    s.pending.append(name)
+    insert_slot(s.target[G_NAME_INDEX], <uint32_t *>&s.name_hash[0], <int32_t *>&s.name_row[0], s.name_row.shape[0],
+                h, <int32_t>trow)
+    insert_slot(s.target[G_ID_INDEX], <uint32_t *>&s.id_hash[0], <int32_t *>&s.id_row[0], s.id_row.shape[0],
+                uuid_hash(hi, lo), <int32_t>trow)
+    s.t_rows += 1
+    s.t_added += 1
+    s.t_room = (s.t_rows & ((<int64_t>1 << s.shift) - 1)) != 0  # a full chunk: room again next time
+    s.created += 1
+    return APPLIED
+
+
+cdef int create_partition(_Pass s, int64_t row, int64_t offset) except -2:
+    # PartitionRecord of row ``row`` of the decoder's partitions table (s.load first): a new id
+    # past the topic's last
+    cdef int32_t pid = s.p_pid[row], first, count
+    cdef int64_t trow, start, prow, r, grow
+    cdef Py_ssize_t nrep = s.p_replica_count[row], nisr = s.p_isr_count[row]
+    cdef int64_t mask = (<int64_t>1 << s.shift) - 1
+    if pid < 0 or s.p_directory_count[row] != 0 or not 0 <= nrep <= s.p_replicas.shape[1] \
+            or not 0 <= nisr <= s.p_isr.shape[1]:
+        return HAND_BACK
+    trow = s.find(s.p_tid[row, 0], s.p_tid[row, 1])
+    if trow < 0:
+        return HAND_BACK  # an unknown topic: the scalar path raises
+    first = (<int32_t *>s.topic_cell(T_FIRST, trow, False))[0]
+    count = (<int32_t *>s.topic_cell(T_COUNT, trow, False))[0]
+    if pid < count or not (count == 0 or first + count == s.p_rows):
+        return HAND_BACK  # a row replaced or a hole filled; or the topic's rows would move
+    grow = pid + 1 - count
+    if (s.p_rows & mask) + grow > (mask + 1):
+        return HAND_BACK  # the rows would cross into another chunk
+    s.make_partition_room()
+    start = s.p_rows
+    for r in range(start, start + grow):
+        (<int32_t *>s.partition_cell(P_TOPIC_ROW, r, 0))[0] = <int32_t>trow
+        (<int32_t *>s.partition_cell(P_ID, r, 0))[0] = -1
+        (<int32_t *>s.partition_cell(P_LEADER, r, 0))[0] = NO_LEADER
+        (<int32_t *>s.partition_cell(P_LEADER_EPOCH, r, 0))[0] = 0
+        (<int32_t *>s.partition_cell(P_PARTITION_EPOCH, r, 0))[0] = 0
+        (<int8_t *>s.partition_cell(P_RECOVERY, r, 0))[0] = 0
+        write_row_list(s, P_REPLICAS, r, NULL, 0)
+        write_row_list(s, P_ISR, r, NULL, 0)
+    prow = start + grow - 1
+    (<int32_t *>s.partition_cell(P_ID, prow, 0))[0] = pid
+    (<int32_t *>s.partition_cell(P_LEADER, prow, 0))[0] = s.p_leader[row]
+    (<int32_t *>s.partition_cell(P_LEADER_EPOCH, prow, 0))[0] = s.p_leader_epoch[row]
+    (<int32_t *>s.partition_cell(P_PARTITION_EPOCH, prow, 0))[0] = s.p_partition_epoch[row]
+    (<int8_t *>s.partition_cell(P_RECOVERY, prow, 0))[0] = s.p_recovery[row]
+    write_row_list(s, P_REPLICAS, prow, &s.p_replicas[row, 0] if s.p_replicas.shape[1] else NULL, nrep)
+    write_row_list(s, P_ISR, prow, &s.p_isr[row, 0] if s.p_isr.shape[1] else NULL, nisr)
+    s.p_rows += grow
+    s.p_added += grow
+    s.p_room = (s.p_rows & mask) != 0  # a full chunk: room again next time
+    if count == 0:
+        (<int32_t *>s.topic_cell(T_FIRST, trow, True))[0] = <int32_t>start
+    (<int32_t *>s.topic_cell(T_COUNT, trow, True))[0] = pid + 1
+    (<int64_t *>s.topic_cell(T_EPOCH, trow, True))[0] = offset  # a new partition (KIP-232)
+    s.grown += 1
+    return APPLIED
+
+
+cdef int write_row_list(_Pass s, int c, int64_t prow, const int32_t *values, Py_ssize_t count) except -1:
+    # an appended row's list column: values[0:count], then -1 to its chunk's width
+    cdef char *p = s.partition_cell(c, prow, count)
+    cdef ColumnPart *part = &s.pparts[c]
+    cdef Py_ssize_t j
+    for j in range(part.width):
+        (<int32_t *>(p + j * part.stride1))[0] = values[j] if j < count else -1
+    return 0
+
+
+cdef Py_ssize_t creation_end(const int16_t[::1] api_keys, const int64_t[::1] order, Py_ssize_t pos) noexcept:
+    # the end of the run of TopicRecords and PartitionRecords from ``pos`` (the loader's creation run)
+    cdef Py_ssize_t n = order.shape[0]
+    cdef int64_t i
+    while pos < n:
+        i = order[pos]
+        if i < 0 or i >= api_keys.shape[0] or not (api_keys[i] == TOPIC_RECORD or api_keys[i] == PARTITION_RECORD):
+            break
+        pos += 1
+    return pos
+
+
+def apply_topic_stream(tuple target, tuple change_args, tuple config_args, tuple remove_args, tuple topic_args,
+                       tuple partition_args, configs, const int16_t[::1] api_keys, const int32_t[::1] kind_rows,
+                       const int64_t[::1] order, Py_ssize_t start, written, int shift):
+    """Apply ``order[start:]`` (see above) until the first record not applied whole.
+    ``target``: the delta's tables and indexes (G_* above: TopicsDelta.apply_stream builds it).
+    ``change_args``: apply_changes' arguments after the id index (the decoder's partition_changes
+    table: record_index .. extras), headed by written_names. ``config_args``: the decoder's configs
+    table (record_index, resource_type, value_null, extras, config_blob, resource_name_offsets,
+    name_offsets, value_offsets). ``remove_args``: its remove_topics table (record_index, topic_id
+    as int64 [k, 2], extras). ``topic_args``: its topics table (record_index, topic_id, extras,
+    name_blob as uint8, name_offsets). ``partition_args``: its partitions table (record_index,
+    topic_id, partition_id, leader, leader_epoch, partition_epoch, leader_recovery_state, replicas,
+    replica_count, isr, isr_count, directory_count, extras). ``configs``: MetadataDelta.configs.
+    Returns (stop, count, removed, created, grown, configs_changed): order[stop] the record not
+    applied (len(order) when all were), written[:count] the partition rows the changes wrote, the
+    topics deleted and created, the PartitionRecords applied."""
+    cdef Py_ssize_t n = order.shape[0], pos = start, count = 0, applied, stop
+    if not 0 <= start <= n:
+        raise ValueError(f"start {start} is outside the {n} records")
+    if len(written) < n - start or api_keys.shape[0] != kind_rows.shape[0]:
+        raise ValueError("written must hold a row per record from start; api_keys and kind_rows go together")
+    if len(target) != N_TARGET or len(change_args) != 9 or len(config_args) != 8 or len(remove_args) != 3 \
+            or len(topic_args) != 5 or len(partition_args) != 13:
+        raise ValueError("19 target entries; 9 change, 8 config, 3 remove, 5 topic, 13 partition arguments")
+    cdef const int64_t[::1] offsets
+    cdef bint creating = target[G_OFFSETS] is not None
+    if creating:
+        offsets = target[G_OFFSETS]
+        if offsets.shape[0] != api_keys.shape[0]:
+            raise ValueError("one offset per record")
+    cdef Py_ssize_t bulk_min = target[G_BULK_MIN_RECORDS]
+    cdef _Pass s = _Pass.__new__(_Pass)
+    s.target, s.shift = target, shift
+    s.t_rows, s.p_rows = target[G_TOPIC_ROWS], target[G_PARTITION_ROWS]
+    cdef int64_t i, row, trow
+    cdef int16_t kind
+    try:
+        while pos < n:
+            i = order[pos]
+            if i < 0 or i >= api_keys.shape[0]:
+                break
+            row = kind_rows[i]
+            kind = api_keys[i]
+            if kind == PARTITION_CHANGE_RECORD:
+                ids = target[G_ID_INDEX]
+                stop, applied = apply_changes(
+                    target[G_PARTITION_CHUNKS](), target[G_TOPIC_CHUNKS](), change_args[0],
+                    target[G_PARTITION_OWNED], target[G_PARTITION_OWN], ids.slot_hash, ids.slot_row,
+                    *change_args[1:], api_keys, kind_rows, order, pos, written[count:] if count else written, shift)
+                count += applied
+                if stop == pos:
+                    break
+                s.p_room = False  # it may have widened a list column of the last chunk (a new array)
+                pos = stop
+                continue
+            if kind == CONFIG_RECORD and s.load_configs(config_args) and whole_row(s.g_rec, s.g_extras, row, i):
+                if put_config(configs, (s.g_type[row], blob_text(s.g_blob, s.g_rname, row)),
+                              blob_text(s.g_blob, s.g_name, row),
+                              None if s.g_null[row] else blob_text(s.g_blob, s.g_value, row)):
+                    s.configs_changed = True
+            elif kind == REMOVE_TOPIC_RECORD and s.load_removes(remove_args) \
+                    and whole_row(s.r_rec, s.r_extras, row, i):
+                trow = s.find(s.r_tid[row, 0], s.r_tid[row, 1])
+                if trow < 0:
+                    break  # an unknown topic: the loader's replay reports it
+                drop_topic(s, configs, trow, s.r_tid[row, 0], s.r_tid[row, 1])
+            elif kind == TOPIC_RECORD and creating and s.load(topic_args, partition_args) \
+                    and whole_row(s.t_rec, s.t_extras, row, i):
+                if creation_end(api_keys, order, pos) - pos >= bulk_min:
+                    break  # the loader's vectorised step
+                if create_topic(s, row, offsets[i]) == HAND_BACK:
+                    break
+            elif kind == PARTITION_RECORD and creating and s.load(topic_args, partition_args) \
+                    and whole_row(s.p_rec, s.p_extras, row, i):
+                if create_partition(s, row, offsets[i]) == HAND_BACK:
+                    break
+            else:
+                break
+            pos += 1
+    finally:
+        s.finish()
+    return (pos, count, s.removed, s.created, s.grown, s.configs_changed)
+
+
 # ---- topic names out of a decoded names blob --------------------------------------------------------
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 

@@ -24,7 +24,8 @@ from image_summary import full_summary
 
 from kraftlog.engine.image import versions
 from kraftlog.engine.image.image import MetadataImage, Provenance
-from kraftlog.engine.image.loader import Loader
+from kraftlog.engine.image.loader import Loader, MetadataLoadError
+from kraftlog.engine.image.topics import MetadataReplayError
 from kraftlog.engine.image.writer import write_image
 from kraftlog.engine.records import batch, layout, metadata_columns, metadata_columns_pure
 from kraftlog.engine.records import metadata as codec
@@ -388,6 +389,22 @@ def decoder(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture(params=["native-pass", "twin-pass", "bulk-from-2"])
+def topic_pass(request, monkeypatch):
+    """How the loader applies the topic stream: the native pass (creations shorter than
+    BULK_MIN_RECORDS in it), its pure twin, or the native pass with every creation of two records
+    or more left to bulk_create (what snapshots and large CreateTopics take)."""
+    from kraftlog.engine.image import index, index_pure
+    from kraftlog.engine.image import loader as loader_module
+
+    if request.param == "twin-pass":
+        monkeypatch.setattr(index, "apply_changes", index_pure.apply_changes)
+        monkeypatch.setattr(index, "apply_topic_stream", index_pure.apply_topic_stream)
+    elif request.param == "bulk-from-2":
+        monkeypatch.setattr(loader_module, "BULK_MIN_RECORDS", 2)
+    return request.param
+
+
 def _check_loaded(image: MetadataImage, manifest, log: Log, expected: MetadataImage) -> None:
     assert full_summary(image) == full_summary(expected)
     assert _brokers_typed(image) == _brokers_typed(expected)
@@ -460,7 +477,7 @@ WIDE_REPLICAS_NARROW_DIRECTORIES = Log(
 @given(log=mixed_logs())
 @example(log=TRANSACTION_ACROSS_REGIONS)
 @example(log=PARTITIONS_OUT_OF_ORDER)
-def test_whole_log_and_regions_replay_like_the_generic_path(decoder, log):
+def test_whole_log_and_regions_replay_like_the_generic_path(decoder, topic_pass, log):
     """One region, then the same batches cut into regions anywhere (inside a topic's creation and
     inside transactions too), some zstd-compressed: the loader's image equals the oracle's, field by field."""
     expected = generic_replay(log.values, log.applied)
@@ -480,7 +497,7 @@ def test_whole_log_and_regions_replay_like_the_generic_path(decoder, log):
 @example(log=ZK_MIGRATION_STATE_IN_A_SNAPSHOT)
 @example(log=WIDE_REPLICAS_NARROW_DIRECTORIES)
 @example(log=TRANSACTION_ACROSS_REGIONS)
-def test_snapshot_plus_tail_replays_like_the_generic_path(decoder, log):
+def test_snapshot_plus_tail_replays_like_the_generic_path(decoder, topic_pass, log):
     """The oracle's image at a cut between events, written as a snapshot and loaded, then the rest
     of the log replayed on it: the image of the whole log (configs of a deleted topic, re-created
     names, held-back transactions and all)."""
@@ -559,6 +576,7 @@ def test_every_kind_on_one_partition_applies_like_the_generic_path(decoder, appl
 
     if apply == "twin":
         monkeypatch.setattr(index, "apply_changes", index_pure.apply_changes)
+        monkeypatch.setattr(index, "apply_topic_stream", index_pure.apply_topic_stream)
     expected = generic_replay(log.values, log.applied)
     a, b = expected.topics.partition("a", 0), expected.topics.partition("b", 0)
     assert (a.eligible_leader_replicas, a.last_known_elr, a.removing_replicas, a.replicas) == ((4,), (2, 3), (2,), (2, 3, 4))
@@ -571,3 +589,130 @@ def test_every_kind_on_one_partition_applies_like_the_generic_path(decoder, appl
     bounds = [0, *log.region_starts, len(batches)]
     regions = [b"".join(batches[a:b]) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
     _check_loaded(Loader().replay_regions(regions), manifests[-1], log, expected)
+
+
+# What the native pass applies besides changes, in one log: configs set, overwritten, deleted (a
+# resource left empty goes) and written again unchanged, around a delete and two re-creates of one
+# name (its configs go with each delete; a config of the deleted name in between stays until the
+# next delete); broker configs; short creations interleaved with changes and configs; the same
+# TopicRecord twice (no change); CreatePartitions of the topic whose rows end the table (applied in
+# the pass) and of one whose rows would move (handed back); a partition id skipped and then filled
+# (the fill is handed back); a PartitionRecord replacing a partition (handed back).
+_TOPIC_D, _TOPIC_E = uuid.UUID(int=4), uuid.UUID(int=5)
+
+
+def _topic_config(name: str, key: str, value: str | None, resource_type: int = TOPIC_CONFIG) -> tuple:
+    return ("ConfigRecord", 0, {"ResourceType": resource_type, "ResourceName": name, "Name": key, "Value": value})
+
+
+def _partition(topic_id: uuid.UUID, partition_id: int, replicas: list[int]) -> tuple:
+    return ("PartitionRecord", 0, {**_plain_partition(partition_id)[2], "TopicId": topic_id, "Replicas": replicas,
+                                   "Isr": replicas[:1], "Leader": replicas[0]})
+
+
+_STREAM_RECORDS = _records(
+    METADATA_VERSION, *_create("a", _TOPIC_A, [1, 2]), _topic_config("a", "retention.ms", "5"),
+    _topic_config("a", "cleanup.policy", "compact"), _topic_config("a", "retention.ms", "6"),
+    _topic_config("a", "retention.ms", None), _topic_config("a", "retention.ms", None),  # deleting twice
+    _topic_config("1", "log.retention.ms", "1"), _topic_config("1", "log.retention.ms", None, BROKER_CONFIG),
+    _topic_config("2", "x", "y", BROKER_CONFIG), _topic_config("2", "x", None, BROKER_CONFIG),  # left empty: goes
+    _change(0, Leader=2, Isr=[2]),
+    ("RemoveTopicRecord", 0, {"TopicId": _TOPIC_A}),
+    _topic_config("a", "cleanup.policy", "delete"),  # of a deleted name: kept until a delete drops it
+    *_create("a", _TOPIC_B, [3]), _topic_config("a", "retention.ms", "7"),
+    ("TopicRecord", 0, {"Name": "a", "TopicId": _TOPIC_B}),  # the same topic again: no change
+    _change(0, _TOPIC_B, Leader=-1), _topic_config("a", "retention.ms", "7"),  # the same value again
+    *_create("b", _TOPIC_C, [1, 2, 3]), _partition(_TOPIC_C, 1, [2, 3]),  # CreatePartitions of the last topic
+    _partition(_TOPIC_B, 1, [1]),  # CreatePartitions of a topic whose rows would move: handed back
+    ("TopicRecord", 0, {"Name": "c", "TopicId": _TOPIC_D}), _partition(_TOPIC_D, 2, [1]),  # ids 0, 1 skipped
+    _change(0, _TOPIC_C, Isr=[1, 2]),
+    _partition(_TOPIC_D, 0, [2]),  # a hole filled: handed back
+    _partition(_TOPIC_C, 0, [3, 2]),  # a partition replaced: handed back
+    ("RemoveTopicRecord", 0, {"TopicId": _TOPIC_B}),
+    *_create("a", _TOPIC_E, [2]), _topic_config("a", "retention.ms", "8"),
+    ("RemoveTopicRecord", 0, {"TopicId": _TOPIC_D}))
+# replayed on their own: metadata.version (not a topic record), and what the pass hands back: the
+# relocation, the hole fill, the replacement
+_HANDED_BACK = {"FeatureLevelRecord": 1, "PartitionRecord": 3}
+STREAM_LOGS = [
+    Log(_STREAM_RECORDS, applied=list(range(len(_STREAM_RECORDS))), batch_sizes=sizes, codecs=[0] * len(sizes),
+        region_starts=starts, snapshot_cut=cut, tail_sizes=[len(_STREAM_RECORDS) - cut], pending_offset=None)
+    # one region; a batch a record with regions cut inside creations (after a TopicRecord, between
+    # PartitionRecords)
+    for sizes, starts, cut in (([len(_STREAM_RECORDS)], [], 1), ([1] * len(_STREAM_RECORDS), [2, 22, 23, 26], 12))]
+
+
+@pytest.mark.parametrize("apply", ["native", "twin"])
+@pytest.mark.parametrize("log", STREAM_LOGS, ids=["one-batch", "batch-per-record"])
+def test_configs_deletes_and_short_creations_apply_in_the_pass_like_the_generic_path(decoder, apply, log,
+                                                                                      monkeypatch):
+    """The native pass and its twin give the oracle's image (configs of a name across its deletes
+    and re-creates, short creations among changes and configs, regions cut inside creations), and
+    Python replays on its own only what the pass hands back."""
+    from kraftlog.engine.image import index, index_pure
+
+    if apply == "twin":
+        monkeypatch.setattr(index, "apply_changes", index_pure.apply_changes)
+        monkeypatch.setattr(index, "apply_topic_stream", index_pure.apply_topic_stream)
+    expected = generic_replay(log.values, log.applied)
+    assert dict(expected.configs) == {(TOPIC_CONFIG, "a"): {"retention.ms": "8"},
+                                      (TOPIC_CONFIG, "1"): {"log.retention.ms": "1"}}
+    assert expected.topics.partition("b", 1).replicas == (2, 3) and expected.topics.partition("b", 0).replicas == (3, 2)
+    assert expected.topics.topic("c") is None and expected.topics.topic("a").topic_id == _TOPIC_E
+    manifests = []
+    loader = Loader(publishers=[lambda d, i, m: manifests.append(m)])
+    _check_loaded(loader.replay(b"".join(to_batches(log.values, log.batch_sizes))), manifests[-1], log, expected)
+    assert manifests[-1].single_types == _HANDED_BACK and manifests[-1].generic_records == 0
+    batches = to_batches(log.values, log.batch_sizes)
+    bounds = [0, *log.region_starts, len(batches)]
+    regions = [b"".join(batches[a:b]) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+    _check_loaded(Loader().replay_regions(regions), manifests[-1], log, expected)
+
+
+def _generic_skipping(values: list[bytes]) -> tuple[MetadataImage, list[tuple[int, str, str]]]:
+    """The oracle, skipping (and listing) the records it cannot replay."""
+    delta, skipped = MetadataImage.empty().delta(), []
+    for offset, value in enumerate(values):
+        record = codec.decode_record(value)
+        try:
+            delta.replay(record.record_type, record.data, topic_epoch=offset)
+        except MetadataReplayError as exc:
+            skipped.append((offset, record.record_type, str(exc)))
+    return delta.apply(), skipped
+
+
+_BAD_RECORDS = _records(
+    METADATA_VERSION, *_create("a", _TOPIC_A, [1, 2]), _topic_config("a", "retention.ms", "5"),
+    ("RemoveTopicRecord", 0, {"TopicId": _TOPIC_E}),  # an unknown topic
+    _change(0, Leader=2),
+    ("TopicRecord", 0, {"Name": "a", "TopicId": _TOPIC_B}),  # a name taken by another id
+    _partition(_TOPIC_D, 0, [1]),  # a partition of an unknown topic
+    _topic_config("a", "cleanup.policy", "compact"), *_create("b", _TOPIC_C, [3]),
+    ("TopicRecord", 0, {"Name": "c", "TopicId": _TOPIC_A}),  # an id taken under another name
+    _change(0, _TOPIC_D),  # a change of an unknown topic
+    ("RemoveTopicRecord", 0, {"TopicId": _TOPIC_A}), _topic_config("b", "retention.ms", "1"))
+
+
+@pytest.mark.parametrize("apply", ["native", "twin"])
+def test_bad_records_in_the_pass_fail_or_are_skipped_like_the_generic_path(decoder, apply, monkeypatch):
+    """A record that cannot apply in the middle of the pass: without skip_errors the load fails at
+    the first one with the generic path's typed error and words (offset, type, message); with it,
+    each is skipped and listed as the oracle lists it, and the rest of the pass applies."""
+    from kraftlog.engine.image import index, index_pure
+
+    if apply == "twin":
+        monkeypatch.setattr(index, "apply_changes", index_pure.apply_changes)
+        monkeypatch.setattr(index, "apply_topic_stream", index_pure.apply_topic_stream)
+    expected, skipped = _generic_skipping(_BAD_RECORDS)
+    assert [s[1] for s in skipped] == ["RemoveTopicRecord", "TopicRecord", "PartitionRecord", "TopicRecord",
+                                       "PartitionChangeRecord"]
+    data = b"".join(to_batches(_BAD_RECORDS, [len(_BAD_RECORDS)]))
+    with pytest.raises(MetadataLoadError) as info:
+        Loader().replay(data)
+    first = skipped[0]
+    assert str(info.value) == f"offset {first[0]}: {first[1]}: {first[2]}"
+    assert isinstance(info.value.__cause__, MetadataReplayError)
+    manifests = []
+    image = Loader(skip_errors=True, publishers=[lambda d, i, m: manifests.append(m)]).replay(data)
+    assert full_summary(image) == full_summary(expected)
+    assert manifests[-1].skipped == skipped and manifests[-1].skipped_records == len(skipped)

@@ -193,6 +193,11 @@ class _MapDelta:
             self.items = dict(self.base)
         return self.items
 
+    def writable(self) -> dict:
+        """The mapping as a dict this delta owns (copied from the base on the first call): for a
+        native writer (the loader's topic-stream pass), which reads ``items`` / ``base`` itself."""
+        return self._own()
+
     def result(self) -> Mapping:
         return self.base if self.items is None else MappingProxyType(self.items)
 

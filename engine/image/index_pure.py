@@ -4,6 +4,9 @@ probing rule and the chunk layout."""
 
 from __future__ import annotations
 
+import uuid
+from types import MappingProxyType
+
 import numpy as np
 
 IMPLEMENTATION = "pure"
@@ -319,6 +322,281 @@ def _partition_row(topic_chunks: list, partition_chunks: list, slot_hash, slot_r
             return -1
         return prow
     return -1
+
+
+TOPIC_RECORD, PARTITION_RECORD, CONFIG_RECORD, REMOVE_TOPIC_RECORD = 2, 3, 4, 9  # apiKeys
+TOPIC_RESOURCE_TYPE = 2  # Kafka's ConfigResource.Type.TOPIC
+NO_LEADER = -1
+# target, by position (csrc/_image.pyx, G_*)
+(_P_CHUNKS, _T_CHUNKS, _P_OWNED, _P_OWN, _T_OWNED, _T_OWN, _P_ROOM, _T_ROOM, _P_APPENDED, _T_APPENDED, _P_ROWS,
+ _T_ROWS, _NAMES, _NAME_INDEX, _ID_INDEX, _BASE_TOPIC_ROWS, _DELETED, _OFFSETS, _BULK_MIN_RECORDS) = range(19)
+_TARGET = 19
+_HAND_BACK = None
+
+
+def apply_topic_stream(target: tuple, change_args: tuple, config_args: tuple, remove_args: tuple, topic_args: tuple,
+                       partition_args: tuple, configs, api_keys, kind_rows, order, start: int, written,
+                       shift: int) -> tuple[int, int, int, int, int, bool]:
+    """The native apply_topic_stream, record by record in Python: the same records applied in the
+    same order, the same stops, the same writes, own() and room() calls."""
+    if not 0 <= start <= len(order):
+        raise ValueError(f"start {start} is outside the {len(order)} records")
+    if len(written) < len(order) - start or len(api_keys) != len(kind_rows):
+        raise ValueError("written must hold a row per record from start; api_keys and kind_rows go together")
+    if (len(target), len(change_args), len(config_args), len(remove_args), len(topic_args),
+            len(partition_args)) != (_TARGET, 9, 8, 3, 5, 13):
+        raise ValueError("19 target entries; 9 change, 8 config, 3 remove, 5 topic, 13 partition arguments")
+    g_rec, g_type, g_null, g_extras, g_blob, g_rname, g_name, g_value = config_args
+    r_rec, r_tid, r_extras = remove_args
+    if not (len(g_type) == len(g_null) == len(g_extras) == len(g_rec)
+            and len(g_rname) == len(g_name) == len(g_value) == len(g_rec) + 1 and len(r_tid) == len(r_extras) == len(r_rec)
+            and len(topic_args[1]) == len(topic_args[2]) == len(topic_args[0]) == len(topic_args[4]) - 1
+            and all(len(a) == len(partition_args[0]) for a in partition_args)):
+        raise ValueError("every config / remove / topic / partition column must have one value per row")
+    offsets = target[_OFFSETS]
+    if offsets is not None and len(offsets) != len(api_keys):
+        raise ValueError("one offset per record")
+    s = _Pass(target, shift)
+    pos, count = start, 0
+    try:
+        while pos < len(order):
+            i = int(order[pos])
+            if not 0 <= i < len(api_keys):
+                break
+            kind, row = int(api_keys[i]), int(kind_rows[i])
+            if kind == PARTITION_CHANGE_RECORD:
+                ids = target[_ID_INDEX]
+                stop, applied = apply_changes(target[_P_CHUNKS](), target[_T_CHUNKS](), change_args[0], target[_P_OWNED],
+                                              target[_P_OWN], ids.slot_hash, ids.slot_row, *change_args[1:], api_keys,
+                                              kind_rows, order, pos, written[count:], shift)
+                count += applied
+                if stop == pos:
+                    break
+                s.p_arrays = None  # it may have widened a list column of the last chunk (a new array)
+                pos = stop
+                continue
+            if kind == CONFIG_RECORD and _whole_row(g_rec, g_extras, row, i):
+                value = None if g_null[row] else _blob_text(g_blob, g_value, row)
+                key = (int(g_type[row]), _blob_text(g_blob, g_rname, row))
+                s.configs_changed |= _put_config(configs, key, _blob_text(g_blob, g_name, row), value)
+            elif kind == REMOVE_TOPIC_RECORD and _whole_row(r_rec, r_extras, row, i):
+                trow = s.find(int(r_tid[row, 0]), int(r_tid[row, 1]))
+                if trow < 0:
+                    break  # an unknown topic: the loader's replay reports it
+                s.drop_topic(configs, trow, int(r_tid[row, 0]), int(r_tid[row, 1]))
+            elif kind == TOPIC_RECORD and offsets is not None and _whole_row(topic_args[0], topic_args[2], row, i):
+                if _creation_end(api_keys, order, pos) - pos >= target[_BULK_MIN_RECORDS]:
+                    break  # the loader's vectorised step
+                if s.create_topic(topic_args, row, int(offsets[i])) is _HAND_BACK:
+                    break
+            elif kind == PARTITION_RECORD and offsets is not None \
+                    and _whole_row(partition_args[0], partition_args[12], row, i):
+                if s.create_partition(partition_args, row, int(offsets[i])) is _HAND_BACK:
+                    break
+            else:
+                break
+            pos += 1
+    finally:
+        s.finish()
+    return pos, count, s.removed, s.created, s.grown, s.configs_changed
+
+
+def _creation_end(api_keys, order, pos: int) -> int:
+    """The end of the run of TopicRecords and PartitionRecords from ``pos``."""
+    while pos < len(order) and 0 <= int(order[pos]) < len(api_keys) \
+            and int(api_keys[int(order[pos])]) in (TOPIC_RECORD, PARTITION_RECORD):
+        pos += 1
+    return pos
+
+
+class _Pass:
+    """One apply_topic_stream call's state (the native _Pass): rows appended so far, the last
+    partitions chunk's arrays while room was made for it."""
+
+    def __init__(self, target: tuple, shift: int):
+        self.target, self.shift, self.mask = target, shift, (1 << shift) - 1
+        self.t_rows, self.p_rows = target[_T_ROWS], target[_P_ROWS]
+        self.t_added = self.p_added = 0
+        self.t_room, self.p_arrays = False, None
+        self.topic_row_owned = None
+        self.removed = self.created = self.grown = 0
+        self.configs_changed = False
+
+    def topic_array(self, name: str, trow: int, write: bool) -> np.ndarray:
+        """The array of topic row ``trow``'s chunk in ``name`` (owned first when written)."""
+        k = trow >> self.shift
+        owned = self.target[_T_OWNED](name)
+        array = owned[k] if k < len(owned) else None
+        if array is None and write:
+            array = self.target[_T_OWN](name, k, 0)
+        return self.target[_T_CHUNKS]()[k][name] if array is None else array
+
+    def find(self, hi: int, lo: int) -> int:
+        ids = self.target[_ID_INDEX]
+        for trow in candidates(ids.slot_hash, ids.slot_row, _uuid_hash(hi, lo)):
+            if int(self.topic_array("id_hi", trow, False)[trow & self.mask]) == hi \
+                    and int(self.topic_array("id_lo", trow, False)[trow & self.mask]) == lo:
+                return trow
+        return -1
+
+    def find_name(self, name: str, h: int) -> int:
+        index, names = self.target[_NAME_INDEX], self.target[_NAMES]
+        for trow in candidates(index.slot_hash, index.slot_row, h):
+            if names[trow >> self.shift][trow & self.mask] == name:
+                return trow
+        return -1
+
+    def set_topic(self, trow: int, **values) -> None:
+        for name, value in values.items():
+            self.topic_array(name, trow, True)[trow & self.mask] = value
+
+    def drop_topic(self, configs, trow: int, hi: int, lo: int) -> None:
+        local = trow & self.mask
+        first, pcount = (int(self.topic_array(n, trow, False)[local]) for n in ("first_row", "partition_count"))
+        if self.topic_row_owned is None:
+            self.topic_row_owned = self.target[_P_OWNED]("topic_row")
+        for r in range(first, first + pcount):
+            k = r >> self.shift
+            array = self.topic_row_owned[k] if k < len(self.topic_row_owned) else None
+            if array is None:
+                array = self.target[_P_OWN]("topic_row", k, 0)
+            array[r & self.mask] = -1
+        self.set_topic(trow, live=False)
+        name = self.target[_NAMES][trow >> self.shift][local]
+        names, ids = self.target[_NAME_INDEX], self.target[_ID_INDEX]
+        if not remove(names.slot_hash, names.slot_row, hash_name(name.encode()), trow) \
+                or not remove(ids.slot_hash, ids.slot_row, _uuid_hash(hi, lo), trow):
+            raise AssertionError(f"topic row {trow} is not in its index")
+        if trow < self.target[_BASE_TOPIC_ROWS]:  # else created and deleted in this delta: no trace
+            self.target[_DELETED][uuid.UUID(int=((hi & _M64) << 64) | (lo & _M64))] = name
+        key = (TOPIC_RESOURCE_TYPE, name)
+        if key in (configs.base if configs.items is None else configs.items):
+            del _writable_configs(configs)[key]
+            self.configs_changed = True
+        self.removed += 1
+
+    def create_topic(self, topic_args: tuple, row: int, offset: int):
+        _, tid, _, blob, offsets = topic_args
+        hi, lo = int(tid[row, 0]), int(tid[row, 1])
+        name = _blob_text(blob, offsets, row)
+        h = hash_name(name.encode())
+        existing = self.find_name(name, h)
+        if existing >= 0:
+            return 0 if self.find(hi, lo) == existing else _HAND_BACK  # the same topic again / the scalar path raises
+        if self.find(hi, lo) >= 0 or not _has_room(self.target[_NAME_INDEX]) or not _has_room(self.target[_ID_INDEX]):
+            return _HAND_BACK
+        if not self.t_room:
+            self.t_rows, _ = self.target[_T_ROOM](self.t_added)
+            self.t_added, self.t_room = 0, True
+        trow = self.t_rows
+        self.set_topic(trow, id_hi=hi, id_lo=lo, first_row=-1, partition_count=0, topic_epoch=offset, live=True)
+        names, k = self.target[_NAMES], trow >> self.shift
+        if k == len(names):
+            names.append((name,))
+        else:
+            names[k] = names[k] + (name,)
+        _insert_slot(self.target[_NAME_INDEX], h, trow)
+        _insert_slot(self.target[_ID_INDEX], _uuid_hash(hi, lo), trow)
+        self.t_rows += 1
+        self.t_added += 1
+        self.t_room = (self.t_rows & self.mask) != 0  # a full chunk: room again next time
+        self.created += 1
+        return 1
+
+    def create_partition(self, partition_args: tuple, row: int, offset: int):
+        (_, tid, pids, leader, leader_epoch, partition_epoch, recovery, replicas, replica_count, isr, isr_count,
+         directory_count, _) = partition_args
+        pid, nrep, nisr = int(pids[row]), int(replica_count[row]), int(isr_count[row])
+        if pid < 0 or directory_count[row] != 0 or not 0 <= nrep <= replicas.shape[1] or not 0 <= nisr <= isr.shape[1]:
+            return _HAND_BACK
+        trow = self.find(int(tid[row, 0]), int(tid[row, 1]))
+        if trow < 0:
+            return _HAND_BACK  # an unknown topic: the scalar path raises
+        first, count = (int(self.topic_array(n, trow, False)[trow & self.mask]) for n in ("first_row", "partition_count"))
+        if pid < count or not (count == 0 or first + count == self.p_rows):
+            return _HAND_BACK  # a row replaced or a hole filled; or the topic's rows would move
+        grow = pid + 1 - count
+        if (self.p_rows & self.mask) + grow > self.mask + 1:
+            return _HAND_BACK  # the rows would cross into another chunk
+        if self.p_arrays is None:
+            self.p_rows, self.p_arrays = self.target[_P_ROOM](self.p_added)
+            self.p_added = 0
+        start = self.p_rows
+        local = np.arange(start, start + grow) & self.mask
+        a = self.p_arrays
+        for name, value in (("topic_row", trow), ("partition_id", -1), ("leader", NO_LEADER), ("leader_epoch", 0),
+                            ("partition_epoch", 0), ("leader_recovery_state", 0), ("replicas", PAD), ("isr", PAD)):
+            a[name][local] = value
+        at = local[-1]
+        a["partition_id"][at], a["leader"][at] = pid, leader[row]
+        a["leader_epoch"][at], a["partition_epoch"][at] = leader_epoch[row], partition_epoch[row]
+        a["leader_recovery_state"][at] = recovery[row]
+        for name, values, n in (("replicas", replicas, nrep), ("isr", isr, nisr)):
+            if a[name].shape[1] < n:
+                a[name] = self.target[_P_OWN](name, start >> self.shift, n)  # the writer's chunk dict is ``a``
+            a[name][at, :n] = values[row, :n]
+        self.p_rows += grow
+        self.p_added += grow
+        if (self.p_rows & self.mask) == 0:
+            self.p_arrays = None  # a full chunk: room again next time
+        if count == 0:
+            self.set_topic(trow, first_row=start)
+        self.set_topic(trow, partition_count=pid + 1, topic_epoch=offset)  # a new partition (KIP-232)
+        self.grown += 1
+        return 1
+
+    def finish(self) -> None:
+        if self.t_added:
+            self.target[_T_APPENDED](self.t_added)
+        if self.p_added:
+            self.target[_P_APPENDED](self.p_added)
+        self.t_added = self.p_added = 0
+
+
+def _has_room(index) -> bool:
+    """HashIndex.insert grows the slots past half full; the pass leaves that to it."""
+    return 2 * (index.used + 1) <= len(index.slot_row)
+
+
+def _insert_slot(index, h: int, row: int) -> None:
+    insert_many(index.slot_hash, index.slot_row, [h], [row])
+    index.used += 1
+
+
+def _whole_row(record_index, extras, row: int, i: int) -> bool:
+    # kind_rows points into ``other`` for a version the columns do not decode: record_index tells
+    return 0 <= row < len(record_index) and int(record_index[row]) == i and not extras[row]
+
+
+def _blob_text(blob, offsets, row: int) -> str:
+    lo, hi = int(offsets[row]), int(offsets[row + 1])
+    if lo < 0 or hi < lo or hi > len(blob):
+        raise ValueError(f"string {row}: offsets {lo}..{hi} run outside the blob")
+    return bytes(blob[lo:hi]).decode()
+
+
+def _writable_configs(configs) -> dict:
+    return configs.writable() if configs.items is None else configs.items
+
+
+def _put_config(configs, key: tuple, name: str, value: str | None) -> bool:
+    """MetadataDelta.replay_config (value None: delete the key); True when the configs changed."""
+    current = (configs.base if configs.items is None else configs.items).get(key)
+    if value is None:
+        if current is None or name not in current:
+            return False
+    elif current is not None and current.get(name) == value:
+        return False
+    updated = {} if current is None else dict(current)
+    if value is None:
+        del updated[name]
+    else:
+        updated[name] = value
+    if updated:
+        _writable_configs(configs)[key] = MappingProxyType(updated)
+    else:
+        del _writable_configs(configs)[key]
+    return True
 
 
 def names_at(blob, offsets: np.ndarray, rows: np.ndarray) -> list[str]:

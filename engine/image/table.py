@@ -305,15 +305,8 @@ class TableWriter:
                 self._chunks.append(self._adopt(arrays, done))  # whole chunk: a view, no copy
                 done += CHUNK_ROWS
                 continue
-            if not self._chunks or self._chunks[-1].rows == CHUNK_ROWS:
-                fresh = {c.name: c.empty(CHUNK_ROWS) for c in self.columns.values()}
-                self._chunks.append(Chunk(fresh, 0))
-                self._owned[len(self._chunks) - 1] = {n for n, a in fresh.items() if not is_shared_default(a)}
-            index = len(self._chunks) - 1
-            chunk = self._own(index)
-            for name, array in chunk.arrays.items():
-                if is_shared_default(array) and len(array) < CHUNK_ROWS:  # cover the rows appended now
-                    chunk.arrays[name] = np.broadcast_to(array[:1], (CHUNK_ROWS, *array.shape[1:]))
+            index = self._last_chunk_with_room()
+            chunk = self._chunks[index]
             take = min(CHUNK_ROWS - chunk.rows, count - done)
             lo, hi = chunk.rows, chunk.rows + take
             for spec in self.columns.values():
@@ -332,6 +325,41 @@ class TableWriter:
             done += take
         self.rows += count
         return first
+
+    def _last_chunk_with_room(self) -> int:
+        """The index of the last chunk, owned, with room for another row (a new chunk when it is
+        full); its shared sparse defaults cover the whole chunk (the rows appended next)."""
+        if not self._chunks or self._chunks[-1].rows == CHUNK_ROWS:
+            fresh = {c.name: c.empty(CHUNK_ROWS) for c in self.columns.values()}
+            self._chunks.append(Chunk(fresh, 0))
+            self._owned[len(self._chunks) - 1] = {n for n, a in fresh.items() if not is_shared_default(a)}
+        index = len(self._chunks) - 1
+        chunk = self._own(index)
+        for name, array in chunk.arrays.items():
+            if is_shared_default(array) and len(array) < CHUNK_ROWS:
+                chunk.arrays[name] = np.broadcast_to(array[:1], (CHUNK_ROWS, *array.shape[1:]))
+        return index
+
+    def native_room(self, appended: int) -> tuple[int, dict[str, np.ndarray]]:
+        """For a native appender (apply_topic_stream in csrc/_image.pyx): counts the ``appended``
+        rows it wrote past the last chunk's rows, gives the last chunk room for one more row (a
+        new chunk when it is full) with every column owned here, and returns (the next row, that
+        chunk's arrays). Call it only when a row will be written: a new chunk must not stay empty.
+        An owned array has room for a whole chunk and holds defaults past the chunk's rows
+        (_column), so the appender writes only the values of its rows."""
+        self.native_appended(appended)
+        index = self._last_chunk_with_room()
+        chunk = self._chunks[index]
+        for name, array in chunk.arrays.items():
+            if not is_shared_default(array):
+                self._column(index, name)
+        return self.rows, chunk.arrays
+
+    def native_appended(self, count: int) -> None:
+        """``count`` rows a native appender wrote past the last chunk's rows (after native_room)."""
+        if count:
+            self._chunks[-1].rows += count
+            self.rows += count
 
     def _adopt(self, arrays: Mapping[str, np.ndarray], start: int) -> Chunk:
         """A full chunk made of views of the caller's arrays (read-only from now on; a later write

@@ -382,6 +382,13 @@ class TopicsDelta:
             self._id_index = self.base.id_index.mutable_copy()
         return self._id_index
 
+    def _own_indexes(self) -> None:
+        """Both indexes copied now (what their properties do on first use), for a native writer."""
+        if self._name_index is None:
+            self._name_index = self.base.name_index.mutable_copy()
+        if self._id_index is None:
+            self._id_index = self.base.id_index.mutable_copy()
+
     def _index_view(self, which: str) -> hindex.HashIndex:
         own = self._name_index if which == "name" else self._id_index
         return own if own is not None else (self.base.name_index if which == "name" else self.base.id_index)
@@ -711,6 +718,53 @@ class TopicsDelta:
         if count:
             self.changes.wrote(written[:count])
         return stop
+
+    @staticmethod
+    def stream_tables(cols) -> tuple:
+        """The decoded region's tables as apply_stream takes them (built once per region): the
+        partition_changes, configs, remove_topics, topics and partitions tables' columns."""
+        changes, g, removes, topics, parts = (cols.partition_changes, cols.configs, cols.remove_topics, cols.topics,
+                                              cols.partitions)
+        return (
+            (_CHANGED_COLUMNS, changes.record_index, changes.topic_id.view(np.int64), changes.partition_id,
+             changes.leader, changes.leader_recovery_state, tuple(getattr(changes, name) for name in LIST_FIELDS),
+             tuple(getattr(changes, CHANGE_LIST_COUNTS[name]) for name in LIST_FIELDS), changes.extras.view(np.uint8)),
+            (g.record_index, g.resource_type, g.value_null.view(np.uint8), g.extras.view(np.uint8),
+             np.frombuffer(g.config_blob, np.uint8), g.resource_name_offsets, g.name_offsets, g.value_offsets),
+            (removes.record_index, removes.topic_id.view(np.int64), removes.extras.view(np.uint8)),
+            (topics.record_index, topics.topic_id.view(np.int64), topics.extras.view(np.uint8),
+             np.frombuffer(topics.name_blob, np.uint8), topics.name_offsets),
+            (parts.record_index, parts.topic_id.view(np.int64), parts.partition_id, parts.leader, parts.leader_epoch,
+             parts.partition_epoch, parts.leader_recovery_state, parts.replicas, parts.replica_count, parts.isr,
+             parts.isr_count, parts.directory_count, parts.extras.view(np.uint8)))
+
+    def apply_stream(self, tables: tuple, configs, api_keys: np.ndarray, kind_rows: np.ndarray, order: np.ndarray,
+                     start: int, *, offsets: np.ndarray | None, bulk_min_records: int) -> tuple[int, bool, bool]:
+        """The topic stream of a decoded region (record indexes ``order[start:]``, in log order;
+        ``tables``: its stream_tables) applied in one native pass: PartitionChangeRecords
+        (apply_changes), ConfigRecords, RemoveTopicRecords, TopicRecords and PartitionRecords the
+        columns hold whole, until the first record the pass does not apply (see
+        apply_topic_stream in csrc/_image.pyx: one with extras, one that would fail, a creation of
+        ``bulk_min_records`` records or more, a shape left to the scalar path). ``configs``: the
+        MetadataDelta's configs, which a ConfigRecord edits and a RemoveTopicRecord drops its
+        topic's of. ``offsets``: the records' offsets (their KIP-232 epochs), None when loading a
+        snapshot (its creations are left to bulk_create). Returns (where it stopped in ``order``,
+        whether the topics changed, whether the configs changed)."""
+        p, t = self.partitions, self.topics
+        if len(tables[2][0]) or (offsets is not None and len(tables[3][0])):
+            self._own_indexes()  # the pass writes them: the delta's copies, made before it reads them
+        target = (p.chunk_arrays, t.chunk_arrays, p.owned_arrays, p.own_column, t.owned_arrays, t.own_column,
+                  p.native_room, t.native_room, p.native_appended, t.native_appended, p.rows, t.rows, self._names,
+                  self._index_view("name"), self._index_view("id"), self.changes.base_topic_rows,
+                  self.changes.deleted_topics, offsets, bulk_min_records)
+        written = np.empty(len(order) - start, np.int64)
+        stop, count, removed, created, grown, configs_changed = hindex.apply_topic_stream(
+            target, *tables, configs, api_keys, kind_rows, order, start, written, CHUNK_SHIFT)
+        if count:
+            self.changes.wrote(written[:count])
+        self.live_topics += created - removed
+        self.changes.topic_rows, self.changes.partition_rows = t.rows, p.rows
+        return stop, bool(count or removed or created or grown), configs_changed
 
     def _gather_partitions(self, rows: np.ndarray, name: str) -> np.ndarray:
         return self.partitions.view().gather(rows, name)
