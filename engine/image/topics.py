@@ -382,13 +382,6 @@ class TopicsDelta:
             self._id_index = self.base.id_index.mutable_copy()
         return self._id_index
 
-    def _own_indexes(self) -> None:
-        """Both indexes copied now (what their properties do on first use), for a native writer."""
-        if self._name_index is None:
-            self._name_index = self.base.name_index.mutable_copy()
-        if self._id_index is None:
-            self._id_index = self.base.id_index.mutable_copy()
-
     def _index_view(self, which: str) -> hindex.HashIndex:
         own = self._name_index if which == "name" else self._id_index
         return own if own is not None else (self.base.name_index if which == "name" else self.base.id_index)
@@ -752,10 +745,12 @@ class TopicsDelta:
         whether the topics changed, whether the configs changed)."""
         p, t = self.partitions, self.topics
         if len(tables[2][0]) or (offsets is not None and len(tables[3][0])):
-            self._own_indexes()  # the pass writes them: the delta's copies, made before it reads them
+            names, ids = self.name_index, self.id_index  # the pass writes them: the delta's copies, made now
+        else:
+            names, ids = self._index_view("name"), self._index_view("id")
         target = (p.chunk_arrays, t.chunk_arrays, p.owned_arrays, p.own_column, t.owned_arrays, t.own_column,
                   p.native_room, t.native_room, p.native_appended, t.native_appended, p.rows, t.rows, self._names,
-                  self._index_view("name"), self._index_view("id"), self.changes.base_topic_rows,
+                  names, ids, self.changes.base_topic_rows,
                   self.changes.deleted_topics, offsets, bulk_min_records)
         written = np.empty(len(order) - start, np.int64)
         stop, count, removed, created, grown, configs_changed = hindex.apply_topic_stream(
