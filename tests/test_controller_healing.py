@@ -163,7 +163,7 @@ def test_heal_pass_restores_full_isrs_and_preferred_leaders():
 
     async def scenario(enabled: bool):
         controller, publisher, _ = _active(_image(specs, brokers=brokers), auto_leader_rebalance_enable=enabled)
-        async with controller.executor.lock:
+        async with controller.executor.exclusive():
             await controller._heal()
         return _state(publisher.image)
 

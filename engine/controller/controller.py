@@ -16,8 +16,10 @@ Writes are serialised by one lock, held by the write executor (writes.py): a han
 records and answer from the image (a ControllerResult), the executor proposes the records as ONE
 proposal (the driver never splits a proposal across batches, so a topic and its partitions commit
 together or not at all), then waits until the image has replayed them before the next handler
-plans. So validation always sees every earlier write, without a second, uncommitted
-copy of the state (Kafka keeps one to pipeline writes; one commit round per write is enough here).
+plans. So validation always sees every earlier write. CreateTopics alone is pipelined, as Kafka's
+controller pipelines every write: the lock goes to the next request once its records are proposed,
+and what the next plan must know of the uncommitted ones, their topic names, is kept beside the
+image (``_creating``) until they settle; every other writer waits for them (writes.py).
 
 Broker liveness (Kafka's BrokerHeartbeatManager, simplified): the active controller keeps a session
 deadline per broker (``session_timeout_ms`` after its last heartbeat; every registered broker gets a
@@ -394,6 +396,7 @@ class Controller:
                                       write_timeout_ms=self.config.write_timeout_ms,
                                       max_records_per_batch=self.config.max_records_per_batch)
         self._create_queue: list[tuple[object, asyncio.Future]] = []  # CreateTopics waiting for the lock
+        self._creating: set[str] = set()  # names of topics proposed (pipelined) and not yet settled
         self._sessions: dict[int, int] = {}  # broker id -> session deadline (monotonic ms)
         self._metadata_offsets: dict[int, int] = {}  # broker id -> metadata offset of its last heartbeat
         # broker id -> the offset its controlled shutdown completes at (Kafka's controlledShutdownOffset;
@@ -441,7 +444,7 @@ class Controller:
 
     async def _bootstrap(self) -> None:
         try:
-            async with self.executor.lock:
+            async with self.executor.exclusive():
                 await self.executor.ensure_bootstrapped()
         except WRITE_ERRORS as exc:
             log.info("bootstrap write not done (%s); the next write retries it", exc or type(exc).__name__)
@@ -452,7 +455,7 @@ class Controller:
     async def _heal_loop(self) -> None:
         """Every leader.imbalance.check.interval while active: ``_heal``."""
         async def heal() -> None:
-            async with self.executor.lock:
+            async with self.executor.exclusive():
                 await self._heal()
 
         await self._every(self.config.leader_imbalance_check_interval_ms, heal, "partition healing")
@@ -508,7 +511,7 @@ class Controller:
                    if not b.fenced and self._sessions.get(b.broker_id, now) < now]
         if not expired:
             return
-        async with self.executor.lock:
+        async with self.executor.exclusive():
             # One broker per write, as Kafka's maybeFenceOneStaleBroker: each fencing's elections
             # see the brokers fenced before it.
             for broker_id in expired:
@@ -560,10 +563,12 @@ class Controller:
     # -- CreateTopics -------------------------------------------------------------------------------
 
     async def create_topics(self, req: kcreate_req.CreateTopicsRequest) -> kcreate_resp.CreateTopicsResponse:
-        """CreateTopics, group-committed: requests that arrive while a write is in flight queue up,
-        and whoever takes the lock next plans every queued request (in arrival order, each seeing
-        the topics of the ones before it) and proposes them together, one proposal per request (so
-        each request still commits atomically), then answers them all."""
+        """CreateTopics, group-committed and pipelined: requests that arrive while another plans
+        queue up, and whoever takes the lock next plans every queued request (in arrival order,
+        each seeing the topics of the ones before it and of every pipelined write not yet settled)
+        and proposes them together, one proposal per request (so each request still commits
+        atomically). The lock is released once they are proposed; a task answers them all when
+        they commit."""
         if not self.is_active:
             return refusal(API_CREATE_TOPICS, req, ErrorCode.not_controller, "not the active controller")
         answer = asyncio.get_running_loop().create_future()
@@ -571,33 +576,52 @@ class Controller:
         async with self.executor.lock:
             if not answer.done():
                 batch, self._create_queue = self._create_queue, []
-                await self._create_topics_batch(batch)
-        return answer.result()
+                await self._propose_creates(batch)
+        return await answer
 
-    async def _create_topics_batch(self, batch: list[tuple[object, asyncio.Future]]) -> None:
-        """Plan, write and answer the queued CreateTopics requests (call with the lock held)."""
+    async def _propose_creates(self, batch: list[tuple[object, asyncio.Future]]) -> None:
+        """Plan and propose the queued CreateTopics requests (call with the lock held); the task
+        ``_answer_creates`` answers them (a task of its own: no waiter's cancellation may leave
+        the others of the batch unanswered)."""
         try:
             await self.executor.ensure_bootstrapped()
             image = self.publisher.image
             order = rack_interleaved(image.cluster.live_brokers())
-            taken: set[str] = set()  # names planned by earlier requests of this batch
+            taken = set(self._creating)  # names of pipelined writes not yet in the image
             plans = [self._plan_create(req, image, order, taken) for req, _ in batch]
             proposals = [_topic_records(planned, order, image, self.config.assign_default_directories)
                          for (req, _), (_, planned) in zip(batch, plans, strict=True)
                          if planned and not req.validate_only]
-            if proposals:
-                await self.executor.write_proposals(proposals)
+            names = taken - self._creating
+            settling = self.executor.pipeline(proposals) if proposals else None
         except WRITE_ERRORS as exc:
-            code, why = write_failure(exc, "topics")
-            for req, answer in batch:
-                answer.set_result(refusal(API_CREATE_TOPICS, req, code, why))
+            self._refuse_creates(batch, exc)
             return
         except Exception as exc:  # a bug: every queued request fails with it (and its connection closes)
             for _, answer in batch:
                 answer.set_exception(exc)
             return
-        for (_, answer), (results, _) in zip(batch, plans, strict=True):
-            answer.set_result(create_response(results))
+        if settling is not None:  # the names stay taken until Raft decides, a timeout or not (writes.py)
+            self._creating |= names
+            settling.add_done_callback(lambda _: self._creating.difference_update(names))
+        asyncio.ensure_future(self._answer_creates(batch, [results for results, _ in plans], settling))
+
+    async def _answer_creates(self, batch, results, settling: asyncio.Future | None) -> None:
+        try:
+            if settling is not None:
+                await self.executor.committed(settling)
+        except WRITE_ERRORS as exc:
+            self._refuse_creates(batch, exc)
+            return
+        for (_, answer), topic_results in zip(batch, results, strict=True):
+            answer.set_result(create_response(topic_results))
+
+    @staticmethod
+    def _refuse_creates(batch, exc: BaseException) -> None:
+        code, why = write_failure(exc, "topics")
+        for req, answer in batch:
+            if not answer.done():
+                answer.set_result(refusal(API_CREATE_TOPICS, req, code, why))
 
     def _plan_create(self, req, image: MetadataImage, order: list[int], taken: set[str]):
         """(the answer's results, the topics to write) of one CreateTopics request; a name already
@@ -703,16 +727,16 @@ class Controller:
         caught_up = req.current_metadata_offset >= current.epoch
         state, following = self._next_state(current, req)
         if state != following:
-            async with self.executor.lock:
-                current = self.publisher.image.cluster.brokers.get(req.broker_id)
-                if current is None or current.epoch != req.broker_epoch:
-                    return _heartbeat_response(ErrorCode.stale_broker_epoch)
-                state, following = self._next_state(current, req)
-                if state != following:
-                    try:
+            try:
+                async with self.executor.exclusive():
+                    current = self.publisher.image.cluster.brokers.get(req.broker_id)
+                    if current is None or current.epoch != req.broker_epoch:
+                        return _heartbeat_response(ErrorCode.stale_broker_epoch)
+                    state, following = self._next_state(current, req)
+                    if state != following:
                         await self._transition(current, following)
-                    except WRITE_ERRORS as exc:
-                        return _heartbeat_response(write_failure(exc, "state change")[0])
+            except WRITE_ERRORS as exc:
+                return _heartbeat_response(write_failure(exc, "state change")[0])
         return _heartbeat_response(ErrorCode.none, caught_up=caught_up, fenced=following in (FENCED, SHUTDOWN_NOW),
                                    shut_down=following == SHUTDOWN_NOW)
 
