@@ -354,6 +354,32 @@ class TopicsChanges:
         return rows[keep]
 
 
+FEW_DISTINCT_IDS = 32  # up to this many distinct ids, distinct_ids compares instead of sorting
+
+
+def distinct_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct rows of ``ids`` (uint8 [n, 16], contiguous) in order of first appearance,
+    for each row the index of its distinct row). A CreateTopics' directories are a few ids (one
+    per broker) repeated thousands of times: one vectorised comparison per distinct id costs a
+    fifth of the sort np.unique does on 16-byte voids (which was a quarter of a standby
+    controller's CPU replaying CreateTopics). Past FEW_DISTINCT_IDS (a cluster of many log
+    dirs), a sort after all."""
+    halves = ids.view(np.uint64).reshape(-1, 2)
+    hi, lo = halves[:, 0], halves[:, 1]
+    which = np.full(len(ids), -1, np.int64)
+    firsts: list[int] = []
+    row = 0
+    while row >= 0:
+        if len(firsts) == FEW_DISTINCT_IDS:
+            distinct, inverse = np.unique(ids.view(np.dtype((np.void, 16))).ravel(), return_inverse=True)
+            return distinct.view(np.uint8).reshape(-1, 16), inverse.ravel()
+        which[(hi == hi[row]) & (lo == lo[row])] = len(firsts)
+        firsts.append(row)
+        todo = which < 0
+        row = int(todo.argmax()) if todo.any() else -1
+    return ids[firsts], which
+
+
 class TopicsDelta:
     """Edits a TopicsImage in replay order; ``apply()`` returns the next image (sharing chunks)."""
 
@@ -511,10 +537,10 @@ class TopicsDelta:
         width = directories.shape[1] // 16
         present = np.arange(width)[None, :] < counts[:, None].astype(np.int64)
         ids = np.ascontiguousarray(directories.reshape(len(counts), width, 16)[present])
-        distinct, which = np.unique(ids.view(np.dtype((np.void, 16))).ravel(), return_inverse=True)
+        distinct, which = distinct_ids(ids)
         code_of = np.array([self._directory_code(uuid.UUID(bytes=d.tobytes())) for d in distinct], np.int32)
         codes = np.full((len(counts), width), -1, np.int32)
-        codes[present] = code_of[which.ravel()]
+        codes[present] = code_of[which]
         return codes
 
     def _directory_code(self, directory: uuid.UUID) -> int:
