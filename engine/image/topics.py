@@ -535,13 +535,17 @@ class TopicsDelta:
         if directories is None or counts is None or not counts.any():
             return None
         width = directories.shape[1] // 16
+        if (counts == width).all():  # every replica has its directory (a CreateTopics): no gather
+            distinct, which = distinct_ids(np.ascontiguousarray(directories).reshape(-1, 16))
+            return self._codes_of(distinct)[which].reshape(len(counts), width)
         present = np.arange(width)[None, :] < counts[:, None].astype(np.int64)
-        ids = np.ascontiguousarray(directories.reshape(len(counts), width, 16)[present])
-        distinct, which = distinct_ids(ids)
-        code_of = np.array([self._directory_code(uuid.UUID(bytes=d.tobytes())) for d in distinct], np.int32)
+        distinct, which = distinct_ids(np.ascontiguousarray(directories.reshape(len(counts), width, 16)[present]))
         codes = np.full((len(counts), width), -1, np.int32)
-        codes[present] = code_of[which]
+        codes[present] = self._codes_of(distinct)[which]
         return codes
+
+    def _codes_of(self, distinct: np.ndarray) -> np.ndarray:
+        return np.array([self._directory_code(uuid.UUID(bytes=d.tobytes())) for d in distinct], np.int32)
 
     def _directory_code(self, directory: uuid.UUID) -> int:
         code = self._directory_index.get(directory)
