@@ -7,7 +7,8 @@ Two parts, both driven from one asyncio loop (the node's, engine/node/node.py):
                      through Loader.replay (control batches are skipped by the decoder), so every
                      controller, active or standby, holds the image of the committed log. It
                      resolves waiters once the image reaches an offset (``wait_applied``).
-    Controller       the request handlers (kio values in, kio values out). Reads answer from the
+    Controller       the request handlers (kio values in, kio values out; CreateTopics answers with
+                     hot_create_topics tuples, written without kio). Reads answer from the
                      image; writes run only on the *active* controller (the Raft leader, once the
                      core has told it that it leads: by then every record before its epoch is in the
                      image) and get NOT_CONTROLLER anywhere else.
@@ -66,11 +67,10 @@ from kio.schema.broker_heartbeat.v1 import response as kheartbeat_resp
 from kio.schema.broker_registration.v4 import response as kregister_resp
 from kio.schema.create_partitions.v3 import response as kpartitions_resp
 from kio.schema.create_topics.v7 import request as kcreate_req
-from kio.schema.create_topics.v7 import response as kcreate_resp
 from kio.schema.delete_topics.v6 import response as kdelete_resp
 from kio.schema.elect_leaders.v2 import response as kelect_resp
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i8, i16, i32, i64
+from kio.static.primitive import i8, i32, i64
 
 from kraftlog.engine.controller import records_fast, replication
 from kraftlog.engine.controller.validation import topic_name_problem
@@ -96,9 +96,11 @@ from kraftlog.engine.protocol.apis import (
     API_DELETE_TOPICS,
     API_ELECT_LEADERS,
 )
+from kraftlog.engine.protocol.hot_create_topics import CreateTopicsAnswer
 from kraftlog.engine.protocol.responses import (
     NO_THROTTLE,
     create_response,
+    created_result,
     delete_response,
     deleted_result,
     elect_response,
@@ -562,7 +564,7 @@ class Controller:
 
     # -- CreateTopics -------------------------------------------------------------------------------
 
-    async def create_topics(self, req: kcreate_req.CreateTopicsRequest) -> kcreate_resp.CreateTopicsResponse:
+    async def create_topics(self, req: kcreate_req.CreateTopicsRequest) -> CreateTopicsAnswer:
         """CreateTopics, group-committed and pipelined: requests that arrive while another plans
         queue up, and whoever takes the lock next plans every queued request (in arrival order,
         each seeing the topics of the ones before it and of every pipelined write not yet settled)
@@ -639,9 +641,7 @@ class Controller:
             rf = t.replication_factor if t.replication_factor != -1 else self.config.default_replication_factor
             topic_id = uuid.uuid4()
             planned.append(_NewTopic(t, topic_id, partitions, rf, self.rng.randrange(len(order)), len(results)))
-            results.append(kcreate_resp.CreatableTopicResult(
-                name=t.name, topic_id=topic_id, error_code=ErrorCode.none, error_message=None,
-                num_partitions=i32(partitions), replication_factor=i16(rf), configs=()))
+            results.append(created_result(t.name, topic_id, partitions, rf))
         if not req.validate_only:
             taken.update(p.topic.name for p in planned)
         return results, planned
@@ -1027,8 +1027,9 @@ class Controller:
     # -- the request table ----------------------------------------------------------------------------
 
     def write_handlers(self) -> dict:
-        """api key -> coroutine function(kio request) -> kio response: the requests that may write
-        (the transport runs them as tasks and answers in request order)."""
+        """api key -> coroutine function(kio request) -> kio response (CreateTopics: a
+        CreateTopicsAnswer, hot_create_topics.py): the requests that may write (the transport runs
+        them as tasks and answers in request order)."""
         return {API_CREATE_TOPICS: self.create_topics, API_BROKER_REGISTRATION: self.register_broker,
                 API_BROKER_HEARTBEAT: self.heartbeat, API_DELETE_TOPICS: self.delete_topics,
                 API_CREATE_PARTITIONS: self.create_partitions, API_ALTER_PARTITION: self.alter_partition,

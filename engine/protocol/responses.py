@@ -1,6 +1,10 @@
 """Answers to the topic APIs, ElectLeaders and UpdateFeatures built from a request, for the controller's
 handlers and for a request nobody acted on (``refusal``: not the active controller, timed out, no
 controller reachable from a forwarding broker): the shapes each API's clients read.
+
+CreateTopics answers are hot_create_topics' tuples, not kio values (building 100 kio results
+cost ~0.35 ms, kio's writer ~0.7 ms more): the node writes them with its encoder, and
+older_versions converts them down as it converts kio values.
 """
 
 from __future__ import annotations
@@ -9,7 +13,6 @@ import datetime
 import uuid
 
 from kio.schema.create_partitions.v3 import response as kpartitions_resp
-from kio.schema.create_topics.v7 import response as kcreate_resp
 from kio.schema.delete_topics.v6 import response as kdelete_resp
 from kio.schema.elect_leaders.v2 import response as kelect_resp
 from kio.schema.errors import ErrorCode
@@ -23,6 +26,7 @@ from kraftlog.engine.protocol.apis import (
     API_ELECT_LEADERS,
     API_UPDATE_FEATURES,
 )
+from kraftlog.engine.protocol.hot_create_topics import CreateTopicsAnswer, TopicResult
 
 ZERO_UUID = uuid.UUID(int=0)  # Kafka's Uuid.ZERO_UUID: "no topic id" in requests
 NO_THROTTLE = datetime.timedelta(0)
@@ -81,10 +85,14 @@ def partitions_response(results) -> kpartitions_resp.CreatePartitionsResponse:
     return kpartitions_resp.CreatePartitionsResponse(throttle_time=NO_THROTTLE, results=tuple(results))
 
 
-def topic_result(name: str, code: ErrorCode, message: str | None) -> kcreate_resp.CreatableTopicResult:
-    return kcreate_resp.CreatableTopicResult(name=name, topic_id=None, error_code=code, error_message=message,
-                                             configs=None)
+def topic_result(name: str, code: ErrorCode, message: str | None) -> TopicResult:
+    """A topic CreateTopics refused: no id, no configs, NumPartitions and ReplicationFactor -1."""
+    return TopicResult(name, None, code, message)
 
 
-def create_response(results) -> kcreate_resp.CreateTopicsResponse:
-    return kcreate_resp.CreateTopicsResponse(throttle_time=NO_THROTTLE, topics=tuple(results))
+def created_result(name: str, topic_id, partitions: int, replication_factor: int) -> TopicResult:
+    return TopicResult(name, topic_id, ErrorCode.none, None, partitions, replication_factor, ())
+
+
+def create_response(results) -> CreateTopicsAnswer:
+    return CreateTopicsAnswer(tuple(results))
