@@ -918,7 +918,8 @@ cdef dict writable_configs(configs):
 
 
 cdef bint put_config(configs, tuple key, str name, str value) except -1:
-    # MetadataDelta.replay_config (value None: delete the key); True when the configs changed
+    # edited_config (engine/image/configs.py) into MetadataDelta.configs (value None: delete the
+    # key), mirrored; True when the configs changed
     items = configs.items
     current = (configs.base if items is None else items).get(key)
     if value is None:

@@ -398,7 +398,6 @@ def topic_pass(request, monkeypatch):
     from kraftlog.engine.image import loader as loader_module
 
     if request.param == "twin-pass":
-        monkeypatch.setattr(index, "apply_changes", index_pure.apply_changes)
         monkeypatch.setattr(index, "apply_topic_stream", index_pure.apply_topic_stream)
     elif request.param == "bulk-from-2":
         monkeypatch.setattr(loader_module, "BULK_MIN_RECORDS", 2)
@@ -575,7 +574,6 @@ def test_every_kind_on_one_partition_applies_like_the_generic_path(decoder, appl
     from kraftlog.engine.image import index, index_pure
 
     if apply == "twin":
-        monkeypatch.setattr(index, "apply_changes", index_pure.apply_changes)
         monkeypatch.setattr(index, "apply_topic_stream", index_pure.apply_topic_stream)
     expected = generic_replay(log.values, log.applied)
     a, b = expected.topics.partition("a", 0), expected.topics.partition("b", 0)
@@ -652,7 +650,6 @@ def test_configs_deletes_and_short_creations_apply_in_the_pass_like_the_generic_
     from kraftlog.engine.image import index, index_pure
 
     if apply == "twin":
-        monkeypatch.setattr(index, "apply_changes", index_pure.apply_changes)
         monkeypatch.setattr(index, "apply_topic_stream", index_pure.apply_topic_stream)
     expected = generic_replay(log.values, log.applied)
     assert dict(expected.configs) == {(TOPIC_CONFIG, "a"): {"retention.ms": "8"},
@@ -701,7 +698,6 @@ def test_bad_records_in_the_pass_fail_or_are_skipped_like_the_generic_path(decod
     from kraftlog.engine.image import index, index_pure
 
     if apply == "twin":
-        monkeypatch.setattr(index, "apply_changes", index_pure.apply_changes)
         monkeypatch.setattr(index, "apply_topic_stream", index_pure.apply_topic_stream)
     expected, skipped = _generic_skipping(_BAD_RECORDS)
     assert [s[1] for s in skipped] == ["RemoveTopicRecord", "TopicRecord", "PartitionRecord", "TopicRecord",

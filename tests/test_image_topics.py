@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 from kraftlog import _accel
 from kraftlog.engine.image import index as hindex
 from kraftlog.engine.image import index_pure
+from kraftlog.engine.image.image import MetadataImage
 from kraftlog.engine.image.index import HashIndex
+from kraftlog.engine.image.loader import BULK_MIN_RECORDS
 from kraftlog.engine.image.table import CHUNK_ROWS, ChunkedTable, Column
 from kraftlog.engine.image.topics import (
     LIST_FIELDS,
@@ -24,9 +26,11 @@ from kraftlog.engine.image.topics import (
     NO_LEADER_CHANGE,
     UNASSIGNED_DIRECTORY,
     MetadataReplayError,
+    TopicsDelta,
     TopicsImage,
     uuid_to_halves,
 )
+from kraftlog.engine.records import metadata_columns
 
 pytestmark = pytest.mark.twin
 
@@ -173,14 +177,32 @@ def change_table(run):
         **{name + "_count": np.full(len(run), -1, np.int16) for name in LIST_FIELDS[2:]})
 
 
-def apply_changes(delta, run) -> list[int]:
-    """The change ops of ``run`` through the native pass (TopicsDelta.apply_changes); what it hands
-    back is replayed on its own on the same delta, as the loader does. Returns the handed-back positions."""
+# a region's empty tables of every kind: the change tests put their partition_changes among them
+_NO_COLUMNS = metadata_columns.decode_metadata_region(b"", 0, None)
+
+
+def stream_pass(delta, changes, api_keys: np.ndarray, kind_rows: np.ndarray, order: np.ndarray, start: int) -> int:
+    """The native topic-stream pass (TopicsDelta.apply_stream, as the loader calls it on a log
+    region) over a region whose only decoded table is ``changes``; returns where it stopped."""
+    cols = SimpleNamespace(partition_changes=changes, configs=_NO_COLUMNS.configs,
+                           remove_topics=_NO_COLUMNS.remove_topics, topics=_NO_COLUMNS.topics,
+                           partitions=_NO_COLUMNS.partitions)
+    configs = MetadataImage.empty().delta().configs
+    stop, _, configs_changed = delta.apply_stream(
+        TopicsDelta.stream_tables(cols), configs, api_keys, kind_rows, order, start,
+        offsets=np.arange(len(api_keys), dtype=np.int64), bulk_min_records=BULK_MIN_RECORDS)
+    assert not configs_changed and configs.items is None  # changes only: no config written, none copied
+    return stop
+
+
+def pass_changes(delta, run) -> list[int]:
+    """The change ops of ``run`` through the native pass (stream_pass); what it hands back is
+    replayed on its own on the same delta, as the loader does. Returns the handed-back positions."""
     table, order = change_table(run), np.arange(len(run), dtype=np.int64)
     api_keys = np.full(len(run), 5, dtype=np.int16)  # PartitionChangeRecord
     pos, handed_back = 0, []
     while pos < len(run):
-        pos = delta.apply_changes(table, api_keys, order.astype(np.int32), order, pos)
+        pos = stream_pass(delta, table, api_keys, order.astype(np.int32), order, pos)
         if pos < len(run):
             _, _, tid, pid, leader, isr, replicas, lrs = run[pos]
             delta.replay_partition_change(tid, pid, leader=leader, isr=isr, replicas=replicas,
@@ -201,7 +223,7 @@ def replay_bulk(image, ops):
             while i < len(ops) and ops[i][0] == "change":
                 run.append(ops[i])
                 i += 1
-            apply_changes(delta, run)
+            pass_changes(delta, run)
             image = delta.apply()
             delta = image.delta()
             continue
@@ -240,7 +262,7 @@ def test_scalar_bulk_and_model_agree(seed, steps):
     assert image_state(replay_scalar(TopicsImage.empty(), ops)) == expected
     assert image_state(replay_bulk(TopicsImage.empty(), ops)) == expected
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(hindex, "apply_changes", index_pure.apply_changes)
+        patch.setattr(hindex, "apply_topic_stream", index_pure.apply_topic_stream)
         assert image_state(replay_bulk(TopicsImage.empty(), ops)) == expected
 
 
@@ -300,16 +322,16 @@ def test_a_replica_change_without_directories_gives_new_replicas_unassigned():
     delta = image.delta()
     delta.replay_partition_change(tid, 1, replicas=[3, 4])  # kept 3 keeps UNASSIGNED, 4 is new
     assert delta.apply().partition("t", 1).directories == (u, u)
-    for impl in (hindex.apply_changes, index_pure.apply_changes):
+    for impl in (hindex.apply_topic_stream, index_pure.apply_topic_stream):
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(hindex, "apply_changes", impl)
+            patch.setattr(hindex, "apply_topic_stream", impl)
             # the native pass applies a reorder of an all-MIGRATING partition, hands back a new replica
             # (partition 0) and any replica change of a partition with directories (partition 1)
             delta = image.delta()
             run = [("change", "t", tid, 0, NO_LEADER_CHANGE, None, (1, 2), -1),
                    ("change", "t", tid, 0, NO_LEADER_CHANGE, None, (2, 1, 5), -1),
                    ("change", "t", tid, 1, NO_LEADER_CHANGE, None, (3, 4), -1)]
-            assert apply_changes(delta, run) == [1, 2]
+            assert pass_changes(delta, run) == [1, 2]
             after = delta.apply()
             assert after.partition("t", 0).directories == (m, m, u) and after.partition("t", 0).replicas == (2, 1, 5)
             assert after.partition("t", 1).directories == (u, u)
@@ -623,10 +645,10 @@ def test_the_change_pass_hands_back_what_it_does_not_apply_whole_and_writes_noth
         elif stopper == "other-table":
             table.record_index[1] = 7  # the record's row is in ``other``
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(hindex, "apply_changes", impl.apply_changes)
+            patch.setattr(hindex, "apply_topic_stream", impl.apply_topic_stream)
             delta = image.delta()
-            assert delta.apply_changes(table, api_keys, kind_rows, order, 0) == 1, stopper
-            assert delta.apply_changes(table, api_keys, kind_rows, order, 2) == 3, stopper
+            assert stream_pass(delta, table, api_keys, kind_rows, order, 0) == 1, stopper
+            assert stream_pass(delta, table, api_keys, kind_rows, order, 2) == 3, stopper
             after = delta.apply()
         assert after.partition("a", 0)._replace(leader=1, leader_epoch=0, partition_epoch=0, isr=(1, 2),
                                                 leader_recovery_state=0) == image.partition("a", 0)
@@ -649,12 +671,12 @@ def test_the_change_pass_copies_only_the_chunks_and_columns_it_writes(impl):
     assert len(image.partitions.chunks) == 2
     run = [("change", "t5", ids[5], 1, 2, None, None, -1), ("change", "t5", ids[5], 1, NO_LEADER_CHANGE, (2, 1, 4, 5, 6), None, -1)]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(hindex, "apply_changes", impl.apply_changes)
+        patch.setattr(hindex, "apply_topic_stream", impl.apply_topic_stream)
         delta = image.delta()
-        assert apply_changes(delta, run[:1]) == []
+        assert pass_changes(delta, run[:1]) == []
         assert delta.partitions.touched_chunks == 1 and delta.topics.touched_chunks == 0
         assert delta.partitions._chunks[0].arrays["isr"] is image.partitions.chunks[0].arrays["isr"]
-        assert apply_changes(delta, run[1:]) == []
+        assert pass_changes(delta, run[1:]) == []
         after = delta.apply()
     assert image.partition("t5", 1) == image.partition("t5", 0)._replace(partition_id=1)
     assert after.partition("t5", 1).isr == (2, 1, 4, 5, 6) and after.partition("t5", 1).leader == 2

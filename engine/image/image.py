@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+from kraftlog.engine.image.configs import TOPIC_RESOURCE_TYPE, edited_config
 from kraftlog.engine.image.topics import MetadataReplayError, TopicsDelta, TopicsImage
 
 METADATA_VERSION = "metadata.version"
@@ -41,7 +42,6 @@ EMPTY: Mapping = MappingProxyType({})
 # Kafka's BrokerRegistrationFencingChange / InControlledShutdownChange values.
 FENCING_FENCE, FENCING_NONE, FENCING_UNFENCE = 1, 0, -1
 CONTROLLED_SHUTDOWN_NONE, CONTROLLED_SHUTDOWN_IN = 0, 1
-TOPIC_RESOURCE_TYPE = 2  # Kafka's ConfigResource.Type.TOPIC id (ConfigRecord.ResourceType)
 
 
 @dataclass(frozen=True)
@@ -377,18 +377,14 @@ class MetadataDelta:
 
     def replay_config(self, resource_type: int, resource_name: str, name: str, value: str | None) -> None:
         key = (resource_type, resource_name)
-        current = self.configs.get(key, EMPTY)
-        if current.get(name) == value and (value is not None or name not in current):
+        current = self.configs.get(key)
+        updated = edited_config(current, name, value)
+        if updated is current:
             return
-        updated = dict(current)
-        if value is None:
-            updated.pop(name, None)
-        else:
-            updated[name] = value
-        if updated:
-            self.configs.put(key, MappingProxyType(updated))
-        else:
+        if updated is None:
             self.configs.remove(key)
+        else:
+            self.configs.put(key, updated)
         self.changed.add("configs")
 
     def _client_quota(self, d, topic_epoch):

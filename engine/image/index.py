@@ -25,7 +25,6 @@ lookup_partition = _impl.lookup_partition
 read_row = _impl.read_row
 gather_rows = _impl.gather_rows
 scatter_rows = _impl.scatter_rows
-apply_changes = _impl.apply_changes
 apply_topic_stream = _impl.apply_topic_stream
 names_at = _impl.names_at
 

@@ -5,9 +5,10 @@ probing rule and the chunk layout."""
 from __future__ import annotations
 
 import uuid
-from types import MappingProxyType
 
 import numpy as np
+
+from kraftlog.engine.image.configs import TOPIC_RESOURCE_TYPE, edited_config
 
 IMPLEMENTATION = "pure"
 EMPTY, TOMBSTONE = -1, -2
@@ -325,7 +326,6 @@ def _partition_row(topic_chunks: list, partition_chunks: list, slot_hash, slot_r
 
 
 TOPIC_RECORD, PARTITION_RECORD, CONFIG_RECORD, REMOVE_TOPIC_RECORD = 2, 3, 4, 9  # apiKeys
-TOPIC_RESOURCE_TYPE = 2  # Kafka's ConfigResource.Type.TOPIC
 NO_LEADER = -1
 # target, by position (csrc/_image.pyx, G_*)
 (_P_CHUNKS, _T_CHUNKS, _P_OWNED, _P_OWN, _T_OWNED, _T_OWN, _P_ROOM, _T_ROOM, _P_APPENDED, _T_APPENDED, _P_ROWS,
@@ -580,22 +580,15 @@ def _writable_configs(configs) -> dict:
 
 
 def _put_config(configs, key: tuple, name: str, value: str | None) -> bool:
-    """MetadataDelta.replay_config (value None: delete the key); True when the configs changed."""
+    """One ConfigRecord into MetadataDelta.configs (edited_config); True when the configs changed."""
     current = (configs.base if configs.items is None else configs.items).get(key)
-    if value is None:
-        if current is None or name not in current:
-            return False
-    elif current is not None and current.get(name) == value:
+    updated = edited_config(current, name, value)
+    if updated is current:
         return False
-    updated = {} if current is None else dict(current)
-    if value is None:
-        del updated[name]
-    else:
-        updated[name] = value
-    if updated:
-        _writable_configs(configs)[key] = MappingProxyType(updated)
-    else:
+    if updated is None:
         del _writable_configs(configs)[key]
+    else:
+        _writable_configs(configs)[key] = updated
     return True
 
 

@@ -721,27 +721,6 @@ class TopicsDelta:
         maybe = np.flatnonzero(self._index_view("name").first_candidates(name_hashes) >= 0)
         return all(self.topic_row(names[i]) is None for i in maybe)
 
-    def apply_changes(self, changes, api_keys: np.ndarray, kind_rows: np.ndarray, order: np.ndarray,
-                      start: int) -> int:
-        """Apply the PartitionChangeRecords of ``order[start:]`` (record indexes of a decoded region,
-        in log order) one by one, natively, until the first record the pass does not apply whole
-        (another type, extras (directories, unknown tags), an unknown topic or partition, a replica
-        change that moves directories: see apply_changes in csrc/_image.pyx); returns its position in ``order``
-        (len(order) when none), for the caller to replay on its own. ``changes`` is the decoder's
-        partition_changes table."""
-        p, ids = self.partitions, self._index_view("id")
-        written = np.empty(len(order) - start, np.int64)
-        stop, count = hindex.apply_changes(
-            p.chunk_arrays(), self.topics.chunk_arrays(), _CHANGED_COLUMNS,
-            p.owned_arrays, p.own_column, ids.slot_hash, ids.slot_row,
-            changes.record_index, changes.topic_id.view(np.int64), changes.partition_id, changes.leader,
-            changes.leader_recovery_state, tuple(getattr(changes, name) for name in LIST_FIELDS),
-            tuple(getattr(changes, CHANGE_LIST_COUNTS[name]) for name in LIST_FIELDS), changes.extras.view(np.uint8), api_keys,
-            kind_rows, order, start, written, CHUNK_SHIFT)
-        if count:
-            self.changes.wrote(written[:count])
-        return stop
-
     @staticmethod
     def stream_tables(cols) -> tuple:
         """The decoded region's tables as apply_stream takes them (built once per region): the
@@ -765,7 +744,7 @@ class TopicsDelta:
                      start: int, *, offsets: np.ndarray | None, bulk_min_records: int) -> tuple[int, bool, bool]:
         """The topic stream of a decoded region (record indexes ``order[start:]``, in log order;
         ``tables``: its stream_tables) applied in one native pass: PartitionChangeRecords
-        (apply_changes), ConfigRecords, RemoveTopicRecords, TopicRecords and PartitionRecords the
+        (apply_changes in csrc/_image.pyx), ConfigRecords, RemoveTopicRecords, TopicRecords and PartitionRecords the
         columns hold whole, until the first record the pass does not apply (see
         apply_topic_stream in csrc/_image.pyx: one with extras, one that would fail, a creation of
         ``bulk_min_records`` records or more, a shape left to the scalar path). ``configs``: the
