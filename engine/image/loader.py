@@ -39,7 +39,10 @@ all of a snapshot's creations (their epochs come from a tagged field). On the pr
 topic-stream record is replayed on its own (83 of 455,442 at 100k partitions before: 47 configs,
 10 deletes, 26 records of short creations). Not in the native pass: the side stream (brokers,
 features, producer ids, quotas, ACLs, SCRAM, tokens: ~170 records of that tail, each from its
-column row), and what it hands back.
+column row), and what it hands back. The side stream stays in Python because it is cheap: ~1 ms
+of that tail's ~75 ms replay (1-2%; bench/profile_side_stream.py: broker changes ~5 us each,
+registrations ~11 us, producer-id blocks ~2 us); the rest is the decode and the native pass over
+the tail's ~450k changes.
 
 Transactions (Begin/End/AbortTransactionRecord): records between a Begin and its Abort are
 dropped; a transaction still open at the end of what was read is held back: the loader applies
