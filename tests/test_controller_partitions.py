@@ -319,6 +319,19 @@ class _InstantDriver:
         return future
 
 
+async def serve_active(publisher: ImagePublisher, driver, config: ControllerConfig, scenario, *, rng) -> None:
+    """``scenario(controller, driver)`` against node 1's controller over ``publisher`` and
+    ``driver``, once it is active (leader in epoch 1); the controller is closed after."""
+    controller = Controller(1, None, driver, publisher, config, rng=rng)
+    publisher._on_leader_change = controller.on_leader_change
+    publisher.handle_leader_change(1, 1)
+    await asyncio.sleep(0)
+    try:
+        await scenario(controller, driver)
+    finally:
+        await controller.close()
+
+
 def _record_type(value: bytes) -> str:
     """The record type, with Kafka's fencing records told apart from other registration changes."""
     record = codec.decode_record(value)

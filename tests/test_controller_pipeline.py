@@ -18,7 +18,7 @@ from kio.schema.create_topics.v7 import request as ct_req
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32
 
-from kraftlog.engine.controller.controller import Controller, ControllerConfig, ImagePublisher
+from kraftlog.engine.controller.controller import ControllerConfig, ImagePublisher
 from kraftlog.engine.controller.writes import ControllerResult
 from kraftlog.engine.image import versions
 from kraftlog.engine.records import batch
@@ -26,6 +26,7 @@ from kraftlog.engine.records import metadata as codec
 from kraftlog.raft.aio.driver import DriverConfig
 from kraftlog.raft.state import Role
 from kraftlog.raft.types import NotLeaderError
+from tests.test_controller_partitions import serve_active
 
 LEVEL = versions.LATEST
 
@@ -93,16 +94,8 @@ def _run(scenario, *, write_timeout_ms: int = 60_000) -> None:
         publisher = ImagePublisher()
         raw = batch.build_batch_from_values(values, base_offset=0, timestamp_ms=0)
         publisher.handle_commit(SimpleNamespace(raw=raw, next_offset=len(values)))
-        driver = _HeldDriver(publisher)
-        controller = Controller(1, None, driver, publisher, ControllerConfig(
-            fence_check_interval_ms=600_000, write_timeout_ms=write_timeout_ms), rng=random.Random(7))
-        publisher._on_leader_change = controller.on_leader_change
-        publisher.handle_leader_change(1, 1)
-        await asyncio.sleep(0)
-        try:
-            await scenario(controller, driver)
-        finally:
-            await controller.close()
+        await serve_active(publisher, _HeldDriver(publisher), ControllerConfig(
+            fence_check_interval_ms=600_000, write_timeout_ms=write_timeout_ms), scenario, rng=random.Random(7))
 
     asyncio.run(main())
 

@@ -31,7 +31,6 @@ from kio.static.primitive import i16, i32
 
 from kraftlog.engine.controller import records_fast as rf
 from kraftlog.engine.controller.controller import (
-    Controller,
     ControllerConfig,
     ImagePublisher,
     place_replicas,
@@ -44,7 +43,7 @@ from kraftlog.engine.image.topics import MIGRATING_DIRECTORY
 from kraftlog.engine.records import batch
 from kraftlog.engine.records import metadata as codec
 from kraftlog.raft.aio.driver import DriverConfig
-from tests.test_controller_partitions import _InstantDriver
+from tests.test_controller_partitions import _InstantDriver, serve_active
 
 LATEST = versions.LATEST
 BEFORE_DIRECTORIES = versions.LEVELS["3.7-IV1"]
@@ -197,17 +196,8 @@ def _run(level: int, assign: bool, scenario) -> None:
         publisher = ImagePublisher()
         raw = batch.build_batch_from_values(values, base_offset=0, timestamp_ms=0)
         publisher.handle_commit(SimpleNamespace(raw=raw, next_offset=len(values)))
-        driver = _InstantDriver(publisher, DriverConfig())
-        controller = Controller(1, None, driver, publisher, ControllerConfig(
-            fence_check_interval_ms=600_000, assign_default_directories=assign),
-                                rng=random.Random(SEED))
-        publisher._on_leader_change = controller.on_leader_change
-        publisher.handle_leader_change(1, 1)
-        await asyncio.sleep(0)
-        try:
-            await scenario(controller, driver)
-        finally:
-            await controller.close()
+        await serve_active(publisher, _InstantDriver(publisher, DriverConfig()), ControllerConfig(
+            fence_check_interval_ms=600_000, assign_default_directories=assign), scenario, rng=random.Random(SEED))
 
     asyncio.run(main())
 
