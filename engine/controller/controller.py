@@ -73,7 +73,8 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32, i64
 
 from kraftlog.engine.controller import records_fast, replication
-from kraftlog.engine.controller.validation import topic_name_problem
+from kraftlog.engine.controller.speculation import Speculation, SpeculationChain, adopted_image
+from kraftlog.engine.controller.validation import API_FEATURE_LEVEL, topic_name_problem
 from kraftlog.engine.controller.writes import WRITE_ERRORS, ControllerResult, WriteExecutor
 from kraftlog.engine.controller.writes import failure as write_failure
 from kraftlog.engine.image import versions
@@ -117,7 +118,6 @@ from kraftlog.raft.types import NO_ID
 
 log = logging.getLogger("kraftlog.controller")
 
-API_FEATURE_LEVEL = codec.RECORD_TYPES["FeatureLevelRecord"].api_key  # a metadata record, not an RPC
 
 TOPIC_RESOURCE_TYPE = 2  # ConfigResource.Type.TOPIC
 BROKER_REGISTRATION_CHANGE = versions.LEVELS["3.3-IV2"]  # Kafka fences/unfences with this record from here
@@ -160,6 +160,7 @@ class ImagePublisher:
         self.apply_errors = 0  # records (or undecodable batches) skipped by a non-fatal fault
         self._waiters: list[tuple[int, asyncio.Future]] = []
         self._on_leader_change = on_leader_change
+        self.speculations = SpeculationChain()  # the active controller's own writes, replayed once
 
     @property
     def image(self) -> MetadataImage:
@@ -173,13 +174,33 @@ class ImagePublisher:
             if manifest.skipped_records > 3:
                 log.error("metadata apply error: %d more records skipped", manifest.skipped_records - 3)
 
+    def speculate(self, spec: Speculation) -> None:
+        """Keep the replay of records just proposed, to publish when they commit (speculation.py)."""
+        self.speculations.add(spec, self.next_offset)
+
+    def _adopt(self, batches) -> bool:
+        """Publish the speculations ``batches`` commit instead of replaying them; False (nothing
+        done, the chain dropped) unless they are certain to be what the replay would give."""
+        taken = self.speculations.take(batches, self.next_offset) if self.loader.held is None else None
+        if taken is None:
+            self.speculations.clear()
+            return False
+        started = time.perf_counter()
+        for spec, provenance in taken:
+            self.loader.publish_applied(spec.delta, adopted_image(spec, provenance), spec.manifest, started)
+            self._advance(spec.end_offset)
+        return True
+
     def handle_load_snapshot(self, snapshot_id, snapshots) -> None:
+        self.speculations.clear()
         size = snapshots.size(snapshot_id)
         data = snapshots.read_chunk(snapshot_id, 0, size)
         self.loader.load_snapshot(data, end_offset=snapshot_id.offset, epoch=snapshot_id.epoch)
         self._advance(snapshot_id.offset)
 
     def handle_commit(self, batch) -> None:
+        if self.speculations and self._adopt((batch,)):
+            return
         try:
             self.loader.replay(batch.raw)  # a WireBatch read back from the log: its stored bytes
         except Exception as exc:  # noqa: BLE001 - the fault policy decides (class docstring)
@@ -197,6 +218,9 @@ class ImagePublisher:
     def handle_commits(self, batches) -> None:
         """Apply a run of committed batches in bulk; when that fails, batch by batch, so the fault
         policy (class docstring) sees the one batch at fault and every other batch is applied."""
+        if self.speculations and self._adopt(batches):
+            self._applied_in_bulk(len(_bytes_of(batches)))
+            return
         try:
             self._apply_in_bulk(batches)
         except Exception:  # noqa: BLE001 - retried batch by batch below, where the policy decides
@@ -264,6 +288,7 @@ class ImagePublisher:
         """After handle_commits applied ``size_bytes`` of batches at once (a hook)."""
 
     def handle_leader_change(self, leader_id: int, epoch: int) -> None:
+        self.speculations.clear()
         self.leader = (leader_id, epoch)
         log.info("leader is now %d in epoch %d", leader_id, epoch)
         if self._on_leader_change is not None:

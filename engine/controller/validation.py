@@ -21,18 +21,30 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from kraftlog.engine.image.image import MetadataImage
+from kraftlog.engine.image.image import MetadataDelta, MetadataImage
 from kraftlog.engine.image.loader import LoadManifest, MetadataLoadError, apply_columns
 from kraftlog.engine.image.loader import decode as loader_decode
 from kraftlog.engine.records import batch
+from kraftlog.engine.records import metadata as codec
 from kraftlog.errors import CorruptRecordError, KraftlogError
 
 MAX_TOPIC_NAME_CHARS = 249  # Kafka's Topic.MAX_NAME_LENGTH
 _LEGAL_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 _NO_LEADER = -1
+API_FEATURE_LEVEL = codec.RECORD_TYPES["FeatureLevelRecord"].api_key  # a metadata record, not an RPC
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """The replay ``check_records`` made: the delta of its image and what the load counted."""
+
+    delta: MetadataDelta
+    manifest: LoadManifest
+    feature_levels: bool  # a FeatureLevelRecord among them (its commit may reload the image)
 
 
 class InvalidRecordsError(KraftlogError):
@@ -53,12 +65,13 @@ def topic_name_problem(name: str) -> str | None:
     return None
 
 
-def check_records(image: MetadataImage, values: Sequence[bytes], *, base_offset: int) -> None:
+def check_records(image: MetadataImage, values: Sequence[bytes], *, base_offset: int) -> Checked | None:
     """Raise InvalidRecordsError unless ``values`` (framed metadata record values, in the order
     they would be committed from ``base_offset``) replay cleanly onto ``image`` and pass the
-    module docstring's checks."""
+    module docstring's checks. Returns the replay (None for no values): with the offsets the
+    records will have, it is what the commit's replay would give (writes.py speculates on it)."""
     if not values:
-        return
+        return None
     try:
         columns = loader_decode(batch.build_batch_from_values(list(values), base_offset=base_offset,
                                                               timestamp_ms=0))
@@ -69,10 +82,12 @@ def check_records(image: MetadataImage, values: Sequence[bytes], *, base_offset:
                          columns.broker_registrations.broker_id.astype(np.int64))
     _check_partitions(columns, brokers)
     _check_changes(columns, brokers)
+    delta, manifest = image.delta(), LoadManifest("log")
     try:
-        apply_columns(image.delta(), columns, LoadManifest("check"), snapshot_end_offset=None)
+        apply_columns(delta, columns, manifest, snapshot_end_offset=None)
     except MetadataLoadError as exc:
         raise InvalidRecordsError(f"a record this controller cannot replay: {exc}") from None
+    return Checked(delta, manifest, bool((columns.api_keys == API_FEATURE_LEVEL).any()))
 
 
 def _offset(columns, table, row: int) -> int:

@@ -42,9 +42,10 @@ from typing import Generic, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from kraftlog.engine.controller.speculation import Speculation
 from kraftlog.engine.controller.validation import InvalidRecordsError, check_records
 from kraftlog.engine.image import versions
-from kraftlog.engine.image.image import METADATA_VERSION, MetadataImage
+from kraftlog.engine.image.image import METADATA_VERSION, MetadataImage, Provenance
 from kraftlog.engine.records import metadata as codec
 from kraftlog.errors import KraftlogError
 from kraftlog.raft.types import NotLeaderError
@@ -178,14 +179,24 @@ class WriteExecutor:
         (module docstring). Await the result with ``committed``."""
         if not self.is_active():
             raise NotActiveError()
+        values = [v for records in proposals for v in records]
+        publisher = self.publisher
+        append_point = getattr(self.driver, "append_point", None)  # a RaftDriver has it
+        base_offset, epoch = append_point() if append_point is not None else (publisher.next_offset, -1)
         # never propose what this controller could not replay (validation.py): InvalidRecordsError.
-        # Pipelined writes before these only add topics these do not name (the handler's rule).
-        check_records(self.publisher.image, [v for records in proposals for v in records],
-                      base_offset=self.publisher.next_offset)
+        # It replays them onto the image of the writes before them (speculation.py), and
+        # pipelined writes before these only add topics these do not name (the handler's rule).
+        checked = check_records(publisher.speculations.tail_image(publisher.image), values, base_offset=base_offset)
         try:
             futures = [self.driver.propose(records) for records in proposals]
         except NotLeaderError:
+            publisher.speculations.clear()
             raise NotActiveError() from None
+        # a metadata.version change is replayed at commit: lowering it reloads the image (controller.py)
+        if checked is not None and append_point is not None and not checked.feature_levels:
+            publisher.speculate(Speculation(base_offset, base_offset + len(values), epoch, checked.delta,
+                                            checked.delta.apply(Provenance(base_offset + len(values) - 1, epoch)),
+                                            checked.manifest, tuple(futures)))
         self._pending += 1
         self._settled.clear()
         self.proposals += len(proposals)

@@ -268,7 +268,13 @@ class Loader:
 
     def _publish(self, delta: MetadataDelta, provenance: Provenance, manifest: LoadManifest,
                  started: float) -> MetadataImage:
-        image = delta.apply(provenance)
+        return self.publish_applied(delta, delta.apply(provenance), manifest, started)
+
+    def publish_applied(self, delta: MetadataDelta, image: MetadataImage, manifest: LoadManifest,
+                        started: float) -> MetadataImage:
+        """Make ``image`` (``delta`` applied onto this loader's image) the current one and hand it
+        to the publishers: the end of every load, and the active controller's adoption of the
+        image it built when it checked its own records (controller.py, ImagePublisher)."""
         if manifest.state_records >= TRIM_AFTER_RECORDS:
             _release_free_memory()
         manifest.elapsed_s = time.perf_counter() - started

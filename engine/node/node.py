@@ -554,6 +554,7 @@ class SnapshottingPublisher(ImagePublisher):
     _snapshots_disabled_logged = False
 
     def handle_load_snapshot(self, snapshot_id, snapshots) -> None:
+        self.speculations.clear()
         if not isinstance(snapshots, SnapshotStore):
             super().handle_load_snapshot(snapshot_id, snapshots)
             return

@@ -231,6 +231,13 @@ class RaftDriver:
                         self.core.node_id, exc)
         return True
 
+    def append_point(self) -> tuple[int, int]:
+        """(offset, epoch) the first record of the next proposal gets if every proposal queued
+        before it is appended: the log end plus what is queued (a leader appends proposals in
+        order, and nothing else, once its epoch's LeaderChange is written). A prediction: an
+        append that fails shifts later ones, which the failed proposal's future reports."""
+        return self.core.log.end_offset() + self._queued_records, self.core.epoch
+
     def propose(self, values: Sequence[bytes]) -> asyncio.Future:
         """Queue ``values`` for the log; the future gives (base offset, last offset) once they are
         committed. Raises NotLeaderError at once on a node that is not the leader."""
