@@ -42,8 +42,8 @@ import uuid as _uuid_module
 
 import numpy as np
 
-from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.unicode cimport PyUnicode_DecodeUTF8
+from blob cimport blob_bytes as raw
+from blob cimport blob_text as text
 
 cdef extern from "Python.h":
     object PyDictProxy_New(object mapping)
@@ -95,30 +95,6 @@ cdef inline int table_of(int16_t api_key) noexcept nogil:
     if api_key == 10 or api_key == 26:  # (Remove)DelegationTokenRecord
         return T_TOKENS
     return -1
-
-
-cdef str text(const uint8_t[::1] blob, const int64_t[::1] offsets, int64_t k):
-    # string k of a decoded blob (the decoders checked it is UTF-8)
-    if k < 0 or k + 1 >= offsets.shape[0]:
-        raise IndexError(f"string {k} is not among the blob's {offsets.shape[0] - 1}")
-    cdef int64_t lo = offsets[k], hi = offsets[k + 1]
-    if lo < 0 or hi < lo or hi > blob.shape[0]:
-        raise ValueError(f"string {k}: offsets {lo}..{hi} run outside the blob")
-    if hi == lo:
-        return ""
-    return PyUnicode_DecodeUTF8(<const char *>&blob[0] + lo, hi - lo, "strict")
-
-
-cdef bytes raw(const uint8_t[::1] blob, const int64_t[::1] offsets, int64_t k):
-    # the bytes of item k of a blob (SCRAM salt and keys are bytes, not text)
-    if k < 0 or k + 1 >= offsets.shape[0]:
-        raise IndexError(f"item {k} is not among the blob's {offsets.shape[0] - 1}")
-    cdef int64_t lo = offsets[k], hi = offsets[k + 1]
-    if lo < 0 or hi < lo or hi > blob.shape[0]:
-        raise ValueError(f"item {k}: offsets {lo}..{hi} run outside the blob")
-    if hi == lo:
-        return b""
-    return PyBytes_FromStringAndSize(<const char *>&blob[0] + lo, hi - lo)
 
 
 cdef object uuid_of(const uint64_t[:, ::1] ids, int64_t k):

@@ -98,30 +98,23 @@ def _client_quota(delta, q, row: int) -> None:
                               fields["Value"], fields["Remove"])
 
 
-def _acl(delta, a, row: int) -> None:
-    _, fields = column_fields.acl(a, row)
-    if bool(a.removed[row]):
-        delta.replay_remove_acl(fields["Id"])
+# the tables holding a record and its removal (``removed``): the row's fields (column_fields), the
+# MetadataDelta method replaying the record, the one replaying its removal and the fields it takes
+_REMOVABLE = {"acls": (column_fields.acl, "replay_acl", "replay_remove_acl", ("Id",)),
+              "scram": (column_fields.scram, "replay_scram", "replay_remove_scram", ("Name", "Mechanism")),
+              "delegation_tokens": (column_fields.token, "replay_token", "replay_remove_token", ("TokenId",))}
+
+
+def _removable(delta, t, row: int) -> None:
+    """An ACL, SCRAM credential or delegation token, or (removed) its removal."""
+    fields_of, replay, remove, key = _REMOVABLE[t.kind]
+    _, fields = fields_of(t, row)
+    if bool(t.removed[row]):
+        getattr(delta, remove)(*(fields[name] for name in key))
     else:
-        delta.replay_acl(fields)
-
-
-def _scram(delta, sc, row: int) -> None:
-    _, fields = column_fields.scram(sc, row)
-    if bool(sc.removed[row]):
-        delta.replay_remove_scram(fields["Name"], fields["Mechanism"])
-    else:
-        delta.replay_scram(fields)
-
-
-def _token(delta, dt, row: int) -> None:
-    _, fields = column_fields.token(dt, row)
-    if bool(dt.removed[row]):
-        delta.replay_remove_token(fields["TokenId"])
-    else:
-        delta.replay_token(fields)
+        getattr(delta, replay)(fields)
 
 
 _APPLY = {"broker_changes": _broker_change, "fence": _fence, "broker_registrations": _register_broker,
-          "producer_ids": _producer_ids, "features": _feature_level, "client_quotas": _client_quota, "acls": _acl,
-          "scram": _scram, "delegation_tokens": _token}
+          "producer_ids": _producer_ids, "features": _feature_level, "client_quotas": _client_quota, "acls": _removable,
+          "scram": _removable, "delegation_tokens": _removable}
