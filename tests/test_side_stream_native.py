@@ -23,6 +23,7 @@ from test_image_differential import (
     DIRS,
     Model,
     acl,
+    broker_state,
     client_quota,
     config,
     create_topic,
@@ -63,26 +64,16 @@ def test_the_expected_side_pass_is_loaded():
 # ---- generated side-stream logs ---------------------------------------------------------------------
 
 def broker_change(draw, m: Model) -> list[tuple]:
-    """A change, fence or unfence of a registered broker at its epoch, at a stale epoch, or of a
-    broker never registered; or an unregistration (not a side-pass type: handed back)."""
-    target = draw(st.sampled_from([*sorted(m.brokers), 99]))
-    epoch = m.brokers.get(target, 7)
-    if draw(st.integers(0, 3)) == 0:
-        epoch -= draw(st.integers(1, 2))  # stale
-    kind = draw(st.sampled_from(["fence", "unfence", "change", "change", "change", "unregister"]))
-    if kind in ("fence", "unfence"):
-        return [(f"{kind.capitalize()}BrokerRecord", 0, {"Id": target, "Epoch": epoch})]
-    if kind == "unregister":
-        if m.brokers.get(target) == epoch:
-            del m.brokers[target]
-        return [("UnregisterBrokerRecord", 0, {"BrokerId": target, "BrokerEpoch": epoch})]
-    version = draw(st.integers(0, 2))
-    data = {"BrokerId": target, "BrokerEpoch": epoch, "Fenced": draw(st.sampled_from([-1, 0, 1]))}
-    if version >= 1:
-        data["InControlledShutdown"] = draw(st.sampled_from([0, 1]))
-    if version >= 2 and draw(st.integers(0, 3)) == 0:  # log dirs: extras, handed back
-        data["LogDirs"] = draw(st.lists(st.sampled_from(DIRS[1:]), max_size=2, unique=True))
-    return [("BrokerRegistrationChangeRecord", version, data)]
+    """A fence, unfence, registration change (log dirs too: extras, handed back) or unregistration
+    (not a side-pass type) of a registered broker at its epoch (broker_state), or one of them at a
+    stale epoch or for a broker never registered (an error)."""
+    out = broker_state(draw, m)
+    if not out or draw(st.integers(0, 2)):
+        return out
+    (name, version, data), = out
+    broker, epoch = ("Id", "Epoch") if "Id" in data else ("BrokerId", "BrokerEpoch")
+    wrong = {broker: 99} if draw(st.booleans()) else {epoch: data[epoch] - draw(st.integers(1, 2))}
+    return [(name, version, {**data, **wrong})]
 
 
 def removals_of_unknowns(draw, m: Model) -> list[tuple]:
