@@ -3,22 +3,37 @@
 Data flow:
     bytes of whole record batches (an mmap'd segment, a snapshot chunk)
       -> metadata_columns.decode_metadata_region   (native: CRC + decode into column arrays)
-      -> apply_columns(delta, columns)              (the topic stream in one native pass, in log order)
+      -> apply_columns(delta, columns)              (the side stream, then the topic stream: one native
+                                                     pass each, in log order)
       -> delta.apply(provenance) -> image           (shares unchanged chunks with the last image)
       -> publishers(delta, image, manifest)
 
 Two streams: NoOpRecords (and transaction markers) change nothing and are only counted. The
 records touching topics and configs form the topic stream; the rest (brokers, features, producer
-ids, quotas, ACLs, SCRAM, tokens) edit state no topic record reads, so they are replayed first, in
+ids, quotas, ACLs, SCRAM, tokens) edit state no topic record reads, so they are applied first, in
 their own log order, and a controller's NoOps and broker records do not stop the topic stream's
 native pass. (An error is reported for the first failing record of the first stream: with several bad
 records, not necessarily the lowest offset.)
 
-A record replayed on its own (the side stream, what the native pass hands back) comes from its row
-of the decoded columns when they hold it whole (``_COLUMN_REPLAY``: topics, partitions, partition
-changes, broker registrations and changes, fences, producer ids, configs, topic deletes, feature
-levels, client quotas, ACLs, SCRAM credentials and delegation tokens with their removals), else
-from the generic codec. ``LoadManifest.single_types`` counts them by type.
+The side stream, in log order (``_apply_side_stream``): one native pass (side.apply:
+apply_side_stream in csrc/_side.pyx, twin in side_pure.py) applies every record of it the columns
+hold whole, straight from its row into the delta, through the MetadataDelta method that writes
+that record's state (replay_broker_change, replay_fence, put_broker, replay_producer_ids,
+replay_feature_level, replay_client_quota, put_acl / put_scram / put_token and the removals: the
+rules are defined once, there, and the generic replay uses them too), with no decoded record and
+no fields dict; the NoOps never reach it. It hands back, to be replayed on its own, a record of a
+type it does not apply (UnregisterBrokerRecord, RegisterControllerRecord, ZkMigrationStateRecord,
+an unknown apiKey), one whose columns do not hold it whole (``extras``: a change with log dirs,
+unknown tags; or a version the columns do not decode), or one that fails (an unknown broker, a
+stale epoch: the replay on its own raises the typed error, word for word); then the pass goes on.
+``LoadManifest.side_records`` counts what it applied: on the production tail, all of its ~170
+records (bench/profile_side_stream.py: ~0.4 ms native against ~0.8 ms one by one, of the tail's
+~40 ms apply).
+
+A record replayed on its own (what either pass hands back) comes from its row of the decoded
+columns when they hold it whole (``_COLUMN_REPLAY``: topics, partitions, partition changes,
+configs and topic deletes by the methods below; the side-stream types by side.replay_row, the
+twin's step), else from the generic codec. ``LoadManifest.single_types`` counts them by type.
 
 The topic stream, in log order (``_apply_topic_stream``): one native pass (TopicsDelta.apply_stream:
 apply_topic_stream in csrc/_image.pyx, twin in index_pure.py) applies every record of it the
@@ -37,12 +52,7 @@ whose index would pass half full; then the pass goes on. A creation of BULK_MIN_
 more (a large CreateTopics) goes in one vectorised step instead (TopicsDelta.bulk_create), as do
 all of a snapshot's creations (their epochs come from a tagged field). On the production tail no
 topic-stream record is replayed on its own (83 of 455,442 at 100k partitions before: 47 configs,
-10 deletes, 26 records of short creations). Not in the native pass: the side stream (brokers,
-features, producer ids, quotas, ACLs, SCRAM, tokens: ~170 records of that tail, each from its
-column row), and what it hands back. The side stream stays in Python because it is cheap: ~1 ms
-of that tail's ~75 ms replay (1-2%; bench/profile_side_stream.py: broker changes ~5 us each,
-registrations ~11 us, producer-id blocks ~2 us); the rest is the decode and the native pass over
-the tail's ~450k changes.
+10 deletes, 26 records of short creations), and with the side pass no record of it at all.
 
 Transactions (Begin/End/AbortTransactionRecord): records between a Begin and its Abort are
 dropped; a transaction still open at the end of what was read is held back: the loader applies
