@@ -21,7 +21,8 @@ from types import ModuleType
 from kraftlog.errors import ExtensionNotLoadedError
 
 # Every native module the build produces. tests/test_foundation.py checks this against csrc/*.pyx.
-NATIVE_MODULES: tuple[str, ...] = ("kraftlog._batch", "kraftlog._image", "kraftlog._index", "kraftlog._metadata", "kraftlog._wire")
+NATIVE_MODULES: tuple[str, ...] = ("kraftlog._batch", "kraftlog._image", "kraftlog._index", "kraftlog._metadata",
+                                   "kraftlog._side", "kraftlog._wire")
 
 
 def _env_flag(name: str) -> bool:

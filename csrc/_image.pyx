@@ -885,6 +885,8 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 cdef extern from "Python.h":
     object PyDictProxy_New(object mapping)
 
+from blob cimport blob_text
+
 _UUID = _uuid_module.UUID
 _U64_MASK = (1 << 64) - 1
 _TOPIC_DTYPES = (np.dtype(np.int64), np.dtype(np.int64), np.dtype(np.int32), np.dtype(np.int32),
@@ -901,15 +903,6 @@ cdef inline bint whole_row(const int32_t[::1] record_index, const uint8_t[::1] e
                            int64_t i) noexcept nogil:
     # kind_rows points into ``other`` for a version the columns do not decode: record_index tells
     return 0 <= row < record_index.shape[0] and record_index[row] == i and not extras[row]
-
-
-cdef str blob_text(const uint8_t[::1] blob, const int64_t[::1] offsets, int64_t row):
-    cdef int64_t lo = offsets[row], hi = offsets[row + 1]
-    if lo < 0 or hi < lo or hi > blob.shape[0]:
-        raise ValueError(f"string {row}: offsets {lo}..{hi} run outside the blob")
-    if hi == lo:
-        return ""
-    return PyUnicode_DecodeUTF8(<const char *>&blob[0] + lo, hi - lo, "strict")
 
 
 cdef dict writable_configs(configs):

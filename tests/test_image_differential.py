@@ -629,9 +629,9 @@ _STREAM_RECORDS = _records(
     ("RemoveTopicRecord", 0, {"TopicId": _TOPIC_B}),
     *_create("a", _TOPIC_E, [2]), _topic_config("a", "retention.ms", "8"),
     ("RemoveTopicRecord", 0, {"TopicId": _TOPIC_D}))
-# replayed on their own: metadata.version (not a topic record), and what the pass hands back: the
-# relocation, the hole fill, the replacement
-_HANDED_BACK = {"FeatureLevelRecord": 1, "PartitionRecord": 3}
+# replayed on their own: what the pass hands back: the relocation, the hole fill, the replacement
+# (metadata.version, not a topic record, is the side pass's: LoadManifest.side_records)
+_HANDED_BACK = {"PartitionRecord": 3}
 STREAM_LOGS = [
     Log(_STREAM_RECORDS, applied=list(range(len(_STREAM_RECORDS))), batch_sizes=sizes, codecs=[0] * len(sizes),
         region_starts=starts, snapshot_cut=cut, tail_sizes=[len(_STREAM_RECORDS) - cut], pending_offset=None)
@@ -660,6 +660,7 @@ def test_configs_deletes_and_short_creations_apply_in_the_pass_like_the_generic_
     loader = Loader(publishers=[lambda d, i, m: manifests.append(m)])
     _check_loaded(loader.replay(b"".join(to_batches(log.values, log.batch_sizes))), manifests[-1], log, expected)
     assert manifests[-1].single_types == _HANDED_BACK and manifests[-1].generic_records == 0
+    assert manifests[-1].side_records == 1
     batches = to_batches(log.values, log.batch_sizes)
     bounds = [0, *log.region_starts, len(batches)]
     regions = [b"".join(batches[a:b]) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]

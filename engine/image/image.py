@@ -323,6 +323,11 @@ class MetadataDelta:
             fenced=fields["Fenced"], in_controlled_shutdown=fields.get("InControlledShutdown", False),
             is_migrating_zk_broker=fields.get("IsMigratingZkBroker", False),
             log_dirs=tuple(fields.get("LogDirs") or ()))
+        self.put_broker(registration)
+
+    def put_broker(self, registration: BrokerRegistration) -> None:
+        """The broker's registration becomes ``registration`` (the one write of every broker
+        record, and of the loader's side-stream pass, which builds it from the columns)."""
         if self.brokers.put(registration.broker_id, registration):
             self.changed.add("cluster")
 
@@ -345,8 +350,10 @@ class MetadataDelta:
     def replay_fence(self, broker_id: int, broker_epoch: int, fenced: bool) -> None:
         """A FenceBrokerRecord (fenced) or UnfenceBrokerRecord given by its fields."""
         current = self._broker_or_raise(broker_id, broker_epoch, "FenceBrokerRecord" if fenced else "UnfenceBrokerRecord")
-        if self.brokers.put(current.broker_id, replace(current, fenced=fenced)):
-            self.changed.add("cluster")
+        # Kafka's ClusterDelta: a fence is a registration change with FENCE (UNFENCE) and no
+        # controlled-shutdown change, merged by the same rule
+        self.put_broker(apply_broker_change(current, FENCING_FENCE if fenced else FENCING_UNFENCE,
+                                            CONTROLLED_SHUTDOWN_NONE, None))
 
     def _unfence(self, d, topic_epoch):
         self._fence(d, topic_epoch, fenced=False)
@@ -361,9 +368,7 @@ class MetadataDelta:
         0 none, -1 unfence; controlled shutdown 1 in, 0 none): what the loader calls with the
         decoded columns, without a per-record dict."""
         current = self._broker_or_raise(broker_id, broker_epoch, "BrokerRegistrationChangeRecord")
-        updated = apply_broker_change(current, fencing, controlled_shutdown, log_dirs)
-        if self.brokers.put(current.broker_id, updated):
-            self.changed.add("cluster")
+        self.put_broker(apply_broker_change(current, fencing, controlled_shutdown, log_dirs))
 
     def _register_controller(self, d, topic_epoch):
         registration = ControllerRegistration(
@@ -426,7 +431,12 @@ class MetadataDelta:
     def replay_acl(self, fields: dict[str, Any]) -> None:
         """An AccessControlEntryRecord given by its fields (Id, ResourceType, ResourceName,
         PatternType, Principal, Host, Operation, PermissionType): the image keeps them all."""
-        if self.acls.put(fields["Id"], _freeze(fields)):
+        self.put_acl(fields["Id"], _freeze(fields))
+
+    def put_acl(self, acl_id: uuid.UUID, entry: Mapping[str, Any]) -> None:
+        """ACL ``acl_id`` becomes ``entry`` (its record's fields, immutable): replay_acl's write,
+        and the loader's side-stream pass's, which builds the entry from the columns."""
+        if self.acls.put(acl_id, entry):
             self.changed.add("acls")
 
     def _remove_acl(self, d, topic_epoch):
@@ -443,7 +453,12 @@ class MetadataDelta:
     def replay_scram(self, fields: dict[str, Any]) -> None:
         """A UserScramCredentialRecord given by its fields (Name, Mechanism, Salt, StoredKey,
         ServerKey, Iterations): the image keeps them all, keyed by (Name, Mechanism)."""
-        if self.scram.put((fields["Name"], fields["Mechanism"]), _freeze(fields)):
+        self.put_scram(fields["Name"], fields["Mechanism"], _freeze(fields))
+
+    def put_scram(self, name: str, mechanism: int, entry: Mapping[str, Any]) -> None:
+        """The credential of (``name``, ``mechanism``) becomes ``entry`` (its record's fields,
+        immutable): replay_scram's write, and the side-stream pass's."""
+        if self.scram.put((name, mechanism), entry):
             self.changed.add("scram")
 
     def _remove_scram(self, d, topic_epoch):
@@ -460,7 +475,12 @@ class MetadataDelta:
     def replay_token(self, fields: dict[str, Any]) -> None:
         """A DelegationTokenRecord given by its fields (Owner, Requester, Renewers, IssueTimestamp,
         MaxTimestamp, ExpirationTimestamp, TokenId): the image keeps them all, keyed by TokenId."""
-        if self.delegation_tokens.put(fields["TokenId"], _freeze(fields)):
+        self.put_token(fields["TokenId"], _freeze(fields))
+
+    def put_token(self, token_id: str, entry: Mapping[str, Any]) -> None:
+        """Token ``token_id`` becomes ``entry`` (its record's fields, immutable): replay_token's
+        write, and the side-stream pass's."""
+        if self.delegation_tokens.put(token_id, entry):
             self.changed.add("delegation_tokens")
 
     def _remove_token(self, d, topic_epoch):
@@ -520,20 +540,23 @@ def _features(d) -> tuple[tuple[str, int, int], ...]:
 
 def apply_broker_change(current: BrokerRegistration, fencing: int, controlled_shutdown: int,
                         log_dirs) -> BrokerRegistration:
-    """BrokerRegistrationChangeRecord semantics (Kafka's fencing / controlled-shutdown change enums)."""
+    """BrokerRegistrationChangeRecord semantics (Kafka's fencing / controlled-shutdown change enums;
+    Fence/UnfenceBrokerRecord too): the one definition, which replay_broker_change and replay_fence
+    use, and so the loader's side-stream pass (it calls them)."""
     if fencing not in (FENCING_FENCE, FENCING_NONE, FENCING_UNFENCE):
         raise MetadataReplayError(f"invalid fencing change {fencing} for broker {current.broker_id}")
     if controlled_shutdown not in (CONTROLLED_SHUTDOWN_NONE, CONTROLLED_SHUTDOWN_IN):
         raise MetadataReplayError(f"invalid controlled shutdown change {controlled_shutdown} "
                                   f"for broker {current.broker_id}")
-    updated = current
-    if fencing != FENCING_NONE:
-        updated = replace(updated, fenced=fencing == FENCING_FENCE)
-    if controlled_shutdown == CONTROLLED_SHUTDOWN_IN:
-        updated = replace(updated, in_controlled_shutdown=True)
-    if log_dirs:
-        updated = replace(updated, log_dirs=tuple(log_dirs))
-    return updated
+    changes = {}
+    if fencing != FENCING_NONE and current.fenced != (fencing == FENCING_FENCE):
+        changes["fenced"] = fencing == FENCING_FENCE
+    if controlled_shutdown == CONTROLLED_SHUTDOWN_IN and not current.in_controlled_shutdown:
+        changes["in_controlled_shutdown"] = True
+    if log_dirs and tuple(log_dirs) != current.log_dirs:
+        changes["log_dirs"] = tuple(log_dirs)
+    # one copy at most (dataclasses.replace is most of a change's cost), none when nothing moves
+    return replace(current, **changes) if changes else current
 
 
 _HANDLERS = {

@@ -3,22 +3,37 @@
 Data flow:
     bytes of whole record batches (an mmap'd segment, a snapshot chunk)
       -> metadata_columns.decode_metadata_region   (native: CRC + decode into column arrays)
-      -> apply_columns(delta, columns)              (the topic stream in one native pass, in log order)
+      -> apply_columns(delta, columns)              (the side stream, then the topic stream: one native
+                                                     pass each, in log order)
       -> delta.apply(provenance) -> image           (shares unchanged chunks with the last image)
       -> publishers(delta, image, manifest)
 
 Two streams: NoOpRecords (and transaction markers) change nothing and are only counted. The
 records touching topics and configs form the topic stream; the rest (brokers, features, producer
-ids, quotas, ACLs, SCRAM, tokens) edit state no topic record reads, so they are replayed first, in
+ids, quotas, ACLs, SCRAM, tokens) edit state no topic record reads, so they are applied first, in
 their own log order, and a controller's NoOps and broker records do not stop the topic stream's
 native pass. (An error is reported for the first failing record of the first stream: with several bad
 records, not necessarily the lowest offset.)
 
-A record replayed on its own (the side stream, what the native pass hands back) comes from its row
-of the decoded columns when they hold it whole (``_COLUMN_REPLAY``: topics, partitions, partition
-changes, broker registrations and changes, fences, producer ids, configs, topic deletes, feature
-levels, client quotas, ACLs, SCRAM credentials and delegation tokens with their removals), else
-from the generic codec. ``LoadManifest.single_types`` counts them by type.
+The side stream, in log order (``_apply_side_stream``): one native pass (side.apply:
+apply_side_stream in csrc/_side.pyx, twin in side_pure.py) applies every record of it the columns
+hold whole, straight from its row into the delta, through the MetadataDelta method that writes
+that record's state (replay_broker_change, replay_fence, put_broker, replay_producer_ids,
+replay_feature_level, replay_client_quota, put_acl / put_scram / put_token and the removals: the
+rules are defined once, there, and the generic replay uses them too), with no decoded record and
+no fields dict; the NoOps never reach it. It hands back, to be replayed on its own, a record of a
+type it does not apply (UnregisterBrokerRecord, RegisterControllerRecord, ZkMigrationStateRecord,
+an unknown apiKey), one whose columns do not hold it whole (``extras``: a change with log dirs,
+unknown tags; or a version the columns do not decode), or one that fails (an unknown broker, a
+stale epoch: the replay on its own raises the typed error, word for word); then the pass goes on.
+``LoadManifest.side_records`` counts what it applied: on the production tail, all of its ~170
+records (bench/profile_side_stream.py: ~0.4 ms native against ~0.8 ms one by one, of the tail's
+~40 ms apply).
+
+A record replayed on its own (what either pass hands back) comes from its row of the decoded
+columns when they hold it whole (``_COLUMN_REPLAY``: topics, partitions, partition changes,
+configs and topic deletes by the methods below; the side-stream types by side.replay_row, the
+twin's step), else from the generic codec. ``LoadManifest.single_types`` counts them by type.
 
 The topic stream, in log order (``_apply_topic_stream``): one native pass (TopicsDelta.apply_stream:
 apply_topic_stream in csrc/_image.pyx, twin in index_pure.py) applies every record of it the
@@ -37,12 +52,7 @@ whose index would pass half full; then the pass goes on. A creation of BULK_MIN_
 more (a large CreateTopics) goes in one vectorised step instead (TopicsDelta.bulk_create), as do
 all of a snapshot's creations (their epochs come from a tagged field). On the production tail no
 topic-stream record is replayed on its own (83 of 455,442 at 100k partitions before: 47 configs,
-10 deletes, 26 records of short creations). Not in the native pass: the side stream (brokers,
-features, producer ids, quotas, ACLs, SCRAM, tokens: ~170 records of that tail, each from its
-column row), and what it hands back. The side stream stays in Python because it is cheap: ~1 ms
-of that tail's ~75 ms replay (1-2%; bench/profile_side_stream.py: broker changes ~5 us each,
-registrations ~11 us, producer-id blocks ~2 us); the rest is the decode and the native pass over
-the tail's ~450k changes.
+10 deletes, 26 records of short creations), and with the side pass no record of it at all.
 
 Transactions (Begin/End/AbortTransactionRecord): records between a Begin and its Abort are
 dropped; a transaction still open at the end of what was read is held back: the loader applies
@@ -68,16 +78,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kraftlog.engine.image import index as hindex
-from kraftlog.engine.image.image import (
-    CONTROLLED_SHUTDOWN_IN,
-    CONTROLLED_SHUTDOWN_NONE,
-    FENCING_FENCE,
-    FENCING_NONE,
-    FENCING_UNFENCE,
-    MetadataDelta,
-    MetadataImage,
-    Provenance,
-)
+from kraftlog.engine.image import side
+from kraftlog.engine.image.image import MetadataDelta, MetadataImage, Provenance
 from kraftlog.engine.image.topics import (
     TOPIC_EPOCH_TAG,
     MetadataReplayError,
@@ -104,8 +106,6 @@ API_FENCE, API_UNFENCE, API_FEATURE, API_PRODUCER_IDS = 7, 8, 12, 15
 API_ACL, API_REMOVE_ACL, API_CLIENT_QUOTA = 18, 19, 14
 API_SCRAM, API_REMOVE_SCRAM, API_TOKEN, API_REMOVE_TOKEN = 11, 22, 10, 26
 API_REGISTER_BROKER = 0
-# the decoder's broker_changes.fenced (-1 none, 0 unfence, 1 fence) as Kafka's fencing change enum
-_FENCING_OF_COLUMN = {-1: FENCING_NONE, 0: FENCING_UNFENCE, 1: FENCING_FENCE}
 # Which stream each apiKey goes to (apply_columns). NO_STATE: changes nothing (the transaction
 # markers are handled by _transaction_mask), counted, never decoded. TOPIC_STREAM: touches topics
 # or configs; these stay in log order among themselves (a RemoveTopicRecord drops its name's
@@ -145,8 +145,11 @@ class LoadManifest:
     skipped_records: int = 0
     generic_records: int = 0  # records decoded by the generic codec (the rest went through columns)
     generic_types: dict[str, int] = field(default_factory=dict)  # generic_records by record type
+    # side-stream records (brokers, features, producer ids, quotas, ACLs, SCRAM, tokens) the side
+    # stream's native pass applied from their column rows
+    side_records: int = 0
     # records replayed one at a time in Python (from their row of the columns, or generic): what
-    # neither the topic stream's native pass nor a bulk creation applied, by record type
+    # neither native pass (topic stream, side stream) nor a bulk creation applied, by record type
     single_records: int = 0
     single_types: dict[str, int] = field(default_factory=dict)
     state_records: int = 0  # applied records that can change state (not NoOps, not transaction markers)
@@ -385,8 +388,7 @@ def apply_columns(delta: MetadataDelta, cols, manifest: LoadManifest, *, snapsho
         if keep is not None:
             stream[~keep] = NO_STATE
         manifest.state_records += int(np.count_nonzero(stream))  # NO_STATE is 0
-        for i in np.flatnonzero(stream == SIDE_STREAM).tolist():
-            ctx.replay_one(i)
+        _apply_side_stream(ctx, np.flatnonzero(stream == SIDE_STREAM))
         topical = np.flatnonzero(stream == TOPIC_STREAM)
         _apply_topic_stream(ctx, topical, cols.api_keys[topical])
     applied = np.flatnonzero(keep) if keep is not None else None
@@ -394,6 +396,23 @@ def apply_columns(delta: MetadataDelta, cols, manifest: LoadManifest, *, snapsho
     if applied is None or len(applied):
         manifest.last_offset = max(manifest.last_offset, last)
     manifest.records += n if keep is None else int(keep.sum())
+
+
+def _apply_side_stream(ctx: _Context, indexes: np.ndarray) -> None:
+    """The side stream (record indexes ``indexes``, in log order): the side pass applies what the
+    columns hold whole and hands back, one at a time, what it does not (replayed on its own)."""
+    n = len(indexes)
+    if not n:
+        return
+    indexes = np.ascontiguousarray(indexes, dtype=np.int64)
+    pos = 0
+    while pos < n:
+        stop = ctx.side_pass(indexes, pos)
+        ctx.manifest.side_records += stop - pos
+        if stop >= n:
+            break
+        ctx.replay_one(int(indexes[stop]))
+        pos = stop + 1
 
 
 def _apply_topic_stream(ctx: _Context, indexes: np.ndarray, kinds: np.ndarray) -> None:
@@ -449,6 +468,7 @@ class _Context:
         self.delta, self.cols, self.manifest = delta, cols, manifest
         self.snapshot_end_offset, self.skip_errors, self.path = snapshot_end_offset, skip_errors, path
         self.stream_tables = None  # the native pass's view of the columns, made at its first call
+        self.side_tables = None  # the side pass's
 
     def topic_epoch(self, i: int, data) -> int | None:
         """KIP-232 epoch record ``i`` gives its topic: log replay, the record's offset; a snapshot,
@@ -501,15 +521,6 @@ class _Context:
         except MetadataReplayError as exc:
             self.fail(int(self.cols.offsets[i]), _api_name(int(self.cols.api_keys[i])), exc)
 
-    def broker_change(self, bc, row: int) -> None:
-        """A BrokerRegistrationChangeRecord (every fence, unfence and controlled shutdown of a
-        production tail); one with log dirs or an unknown value has extras (generic codec)."""
-        in_shutdown = CONTROLLED_SHUTDOWN_IN if int(bc.in_controlled_shutdown[row]) == 1 else CONTROLLED_SHUTDOWN_NONE
-        self.delta.replay_broker_change(int(bc.broker_id[row]), int(bc.broker_epoch[row]),
-                                        _FENCING_OF_COLUMN[int(bc.fenced[row])], in_shutdown)
-
-    broker_change.table = "broker_changes"
-
     def config(self, g, row: int) -> None:
         """A ConfigRecord (topic configs of every create in a tail, broker configs)."""
         blob = g.config_blob
@@ -525,17 +536,6 @@ class _Context:
         self.delta.replay_remove_topic(halves_to_uuid(hi, lo))
 
     remove_topic.table = "remove_topics"
-
-    def feature_level(self, f, row: int) -> None:
-        self.delta.replay_feature_level(_blob_text(f.feature_blob, f.name_offsets, row), int(f.feature_level[row]))
-
-    feature_level.table = "features"
-
-    def fence(self, e, row: int) -> None:
-        """FenceBrokerRecord / UnfenceBrokerRecord (pre-3.6 logs; fenced tells which)."""
-        self.delta.replay_fence(int(e.broker_id[row]), int(e.broker_epoch[row]), bool(e.fenced[row]))
-
-    fence.table = "fence"
 
     def topic(self, t, row: int) -> None:
         """A TopicRecord of a create too small for bulk_create (one with tagged fields has extras:
@@ -573,57 +573,6 @@ class _Context:
             leader_recovery_state=int(ch.leader_recovery_state[row]), **lists)
 
     partition_change.table = "partition_changes"
-
-    def producer_ids(self, pi, row: int) -> None:
-        """A ProducerIdsRecord (a tail's most common record outside topics: every block handed out)."""
-        self.delta.replay_producer_ids(int(pi.next_producer_id[row]), int(pi.broker_id[row]), int(pi.broker_epoch[row]))
-
-    producer_ids.table = "producer_ids"
-
-    def acl(self, a, row: int) -> None:
-        """An AccessControlEntryRecord, or (removed) a RemoveAccessControlEntryRecord."""
-        _, fields = column_fields.acl(a, row)
-        if bool(a.removed[row]):
-            self.delta.replay_remove_acl(fields["Id"])
-        else:
-            self.delta.replay_acl(fields)
-
-    acl.table = "acls"
-
-    def client_quota(self, q, row: int) -> None:
-        """A ClientQuotaRecord: its entities are a slice of the table's flat entity list."""
-        _, fields = column_fields.client_quota(q, row)
-        entity = [(e["EntityType"], e["EntityName"]) for e in fields["Entity"]]
-        self.delta.replay_client_quota(entity, fields["Key"], fields["Value"], fields["Remove"])
-
-    client_quota.table = "client_quotas"
-
-    def scram(self, sc, row: int) -> None:
-        """A UserScramCredentialRecord, or (removed) a RemoveUserScramCredentialRecord."""
-        _, fields = column_fields.scram(sc, row)
-        if bool(sc.removed[row]):
-            self.delta.replay_remove_scram(fields["Name"], fields["Mechanism"])
-        else:
-            self.delta.replay_scram(fields)
-
-    scram.table = "scram"
-
-    def token(self, dt, row: int) -> None:
-        """A DelegationTokenRecord, or (removed) a RemoveDelegationTokenRecord."""
-        _, fields = column_fields.token(dt, row)
-        if bool(dt.removed[row]):
-            self.delta.replay_remove_token(fields["TokenId"])
-        else:
-            self.delta.replay_token(fields)
-
-    token.table = "delegation_tokens"
-
-    def register_broker(self, r, row: int) -> None:
-        """A RegisterBrokerRecord (a rolling restart's re-registrations, a snapshot's brokers): its
-        endpoints, features and log dirs are slices of the table's flat lists."""
-        self.delta.replay_register_broker(column_fields.register_broker(r, row)[1])
-
-    register_broker.table = "broker_registrations"
 
     def fail(self, offset: int, record_type: str, exc: Exception) -> None:
         if not self.skip_errors:
@@ -701,6 +650,13 @@ class _Context:
             return {}
         return {"directories": parts.directories[plain], "directory_count": counts}
 
+    # -- the side stream's pass -----------------------------------------------------------------------
+    def side_pass(self, indexes: np.ndarray, pos: int) -> int:
+        """The side pass over ``indexes[pos:]``; returns where it stopped (see side.apply)."""
+        if self.side_tables is None:
+            self.side_tables = side.side_tables(self.cols)
+        return side.apply(self.delta, self.side_tables, self.cols.api_keys, self.cols.kind_rows, indexes, pos)
+
     # -- the native pass: PartitionChangeRecords, ConfigRecords, RemoveTopicRecords -------------------
     def native_pass(self, indexes: np.ndarray, pos: int) -> int:
         """The native pass over ``indexes[pos:]``; returns where it stopped (see TopicsDelta.apply_stream)."""
@@ -719,15 +675,21 @@ class _Context:
 
 
 # apiKey -> the _Context method replaying that record from its kind's table row (``.table``)
-_COLUMN_REPLAY = {API_BROKER_CHANGE: _Context.broker_change, API_CONFIG: _Context.config,
-                  API_REMOVE_TOPIC: _Context.remove_topic, API_FEATURE: _Context.feature_level,
-                  API_FENCE: _Context.fence, API_UNFENCE: _Context.fence,
-                  API_PRODUCER_IDS: _Context.producer_ids, API_TOPIC: _Context.topic,
-                  API_PARTITION: _Context.partition, API_PARTITION_CHANGE: _Context.partition_change,
-                  API_ACL: _Context.acl, API_REMOVE_ACL: _Context.acl, API_CLIENT_QUOTA: _Context.client_quota,
-                  API_SCRAM: _Context.scram, API_REMOVE_SCRAM: _Context.scram,
-                  API_TOKEN: _Context.token, API_REMOVE_TOKEN: _Context.token,
-                  API_REGISTER_BROKER: _Context.register_broker}
+_COLUMN_REPLAY = {API_CONFIG: _Context.config, API_REMOVE_TOPIC: _Context.remove_topic, API_TOPIC: _Context.topic,
+                  API_PARTITION: _Context.partition, API_PARTITION_CHANGE: _Context.partition_change}
+
+
+def _side_row(table: str) -> Callable:
+    """A side-stream record the side pass handed back (one that fails: an unknown broker, a stale
+    epoch), replayed from its row by the twin's step (side.replay_row), which raises the typed error."""
+    def replay(ctx: _Context, t, row: int) -> None:
+        side.replay_row(ctx.delta, t, row)
+
+    replay.table = table
+    return replay
+
+
+_COLUMN_REPLAY.update({api_key: _side_row(table) for api_key, table in side.TABLE_OF_API_KEY.items()})
 
 
 _blob_text = column_fields.text

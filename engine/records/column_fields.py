@@ -4,7 +4,8 @@ record's bytes again.
 The dicts have Kafka's field names and the generic codec's value types (int, bool, float, str,
 bytes, uuid.UUID, lists of dicts for struct arrays), so ``metadata.to_json`` prints them as it
 prints a decoded record (the Spark rows' json) and MetadataDelta.replay_acl / replay_scram /
-replay_token take them as they are (the loader). A row with ``extras`` carries something its
+replay_token take them as they are (the side pass's
+pure twin, engine/image/side_pure.py). A row with ``extras`` carries something its
 table does not hold (unknown tags): callers give those records to the generic codec instead.
 Tables and their columns: metadata_columns.MetadataColumns.
 
